@@ -1,0 +1,72 @@
+// Atomic file replacement: write to a temporary file beside the target, fsync, rename into place,
+// so a crash mid-write leaves either the old file or the new one, never a torn one.
+#pragma once
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "../error.hpp"
+
+namespace vwt::io {
+
+namespace detail {
+inline void write_all(int fd, const char* data, std::size_t size, const std::string& path) {
+    while (size > 0) {
+        const ssize_t n = ::write(fd, data, size);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            vwt::detail::fail("cannot write '", path, "': ", std::strerror(errno));
+        }
+        data += n;
+        size -= static_cast<std::size_t>(n);
+    }
+}
+}  // namespace detail
+
+// Writes the concatenation of `pieces` to `path` atomically.
+inline void write_file_atomic(const std::filesystem::path& path, std::span<const std::string_view> pieces) {
+    const auto dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+    std::random_device entropy;
+    const std::string tmp =
+        (dir / ("." + path.filename().string() + ".tmp" + std::to_string(entropy()))).string();
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) vwt::detail::fail("cannot create '", tmp, "': ", std::strerror(errno));
+    try {
+        for (auto piece : pieces) detail::write_all(fd, piece.data(), piece.size(), tmp);
+        if (::fsync(fd) != 0) vwt::detail::fail("cannot fsync '", tmp, "': ", std::strerror(errno));
+    } catch (...) {
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        throw;
+    }
+    if (::close(fd) != 0) {
+        ::unlink(tmp.c_str());
+        vwt::detail::fail("cannot close '", tmp, "': ", std::strerror(errno));
+    }
+    if (::rename(tmp.c_str(), path.c_str()) != 0) {
+        const int err = errno;
+        ::unlink(tmp.c_str());
+        vwt::detail::fail("cannot rename '", tmp, "' to '", path.string(), "': ", std::strerror(err));
+    }
+    // Make the rename itself durable.
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        ::fsync(dfd);
+        ::close(dfd);
+    }
+}
+
+inline void write_file_atomic(const std::filesystem::path& path, std::string_view contents) {
+    const std::string_view pieces[] = {contents};
+    write_file_atomic(path, pieces);
+}
+
+}  // namespace vwt::io

@@ -1,0 +1,158 @@
+// The width schedule: the model's dimensions plus one width per layer, fixed-size (a structural
+// literal type, usable as a template argument) or dynamic (known only at run time).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "../error.hpp"
+
+namespace vwt {
+
+inline constexpr std::size_t dynamic = static_cast<std::size_t>(-1);
+
+// Mixture-of-experts MLP, as in the authors' moe_1b3b: `experts` experts per layer, each a SwiGLU
+// whose intermediate size is `intermediate` at width `hidden` and scales with the layer width.
+struct moe_dims {
+    int experts = 0;
+    int experts_per_token = 0;
+    int intermediate = 0;
+
+    constexpr bool enabled() const { return experts > 0; }
+    friend constexpr bool operator==(const moe_dims&, const moe_dims&) = default;
+};
+
+// What a schedule does not change: these are the same for the ><former and its uniform twin.
+struct model_dims {
+    int layers = 0;
+    int hidden = 0;     // hidden_size h: the width of the parameter-matched uniform model
+    int heads = 0;      // query heads, the same in every layer
+    int kv_heads = 0;   // key/value heads (== heads without grouped-query attention)
+    int vocab = 0;
+    int context = 0;    // max_position_embeddings
+    moe_dims moe{};
+
+    friend constexpr bool operator==(const model_dims&, const model_dims&) = default;
+};
+
+namespace detail {
+
+constexpr void validate_dims(const model_dims& d) {
+    if (d.layers <= 0) fail("invalid schedule: layers must be positive, got ", d.layers);
+    if (d.hidden <= 0) fail("invalid schedule: hidden size must be positive, got ", d.hidden);
+    if (d.heads <= 0) fail("invalid schedule: heads must be positive, got ", d.heads);
+    if (d.kv_heads <= 0 || d.heads % d.kv_heads != 0)
+        fail("invalid schedule: kv heads (", d.kv_heads, ") must be positive and divide heads (",
+             d.heads, ")");
+    if (d.vocab <= 0) fail("invalid schedule: vocab must be positive, got ", d.vocab);
+    if (d.context <= 0) fail("invalid schedule: context must be positive, got ", d.context);
+    if (d.moe.experts < 0 ||
+        (d.moe.enabled() && (d.moe.experts_per_token <= 0 || d.moe.experts_per_token > d.moe.experts ||
+                             d.moe.intermediate <= 0)))
+        fail("invalid schedule: MoE needs 0 < experts_per_token (", d.moe.experts_per_token,
+             ") <= experts (", d.moe.experts, ") and a positive intermediate size (",
+             d.moe.intermediate, ")");
+}
+
+// The invariants every layer width must meet; the same check runs for fixed and dynamic schedules.
+constexpr void validate_width(const model_dims& d, int layer, int width) {
+    if (width <= 0) fail("invalid schedule: width of layer ", layer + 1, " is ", width, ", not positive");
+    if (width % d.heads != 0)
+        fail("invalid schedule: width ", width, " of layer ", layer + 1, " is not divisible by ",
+             d.heads, " heads");
+    if ((width / d.heads) % 2 != 0)
+        fail("invalid schedule: head dim ", width / d.heads, " of layer ", layer + 1,
+             " is odd; RoPE rotates pairs of coordinates");
+}
+
+constexpr int max_of(std::span<const int> widths, int floor) {
+    int m = floor;
+    for (int w : widths) m = w > m ? w : m;
+    return m;
+}
+
+}  // namespace detail
+
+// A schedule of L layers known at compile time. Structural: usable as a template argument.
+template <std::size_t L = dynamic>
+struct schedule {
+    model_dims dims{};
+    std::array<int, L> widths{};
+    int max_width = 0;       // widest layer
+    int residual_width = 0;  // W = max(hidden, max_width): the width of the residual buffer
+
+    static constexpr std::size_t static_layers = L;
+
+    constexpr schedule() = default;
+    constexpr schedule(const model_dims& d, const std::array<int, L>& w) : dims(d), widths(w) {
+        detail::validate_dims(d);
+        if (d.layers != static_cast<int>(L))
+            detail::fail("invalid schedule: dims say ", d.layers, " layers but the schedule holds ", L);
+        for (std::size_t i = 0; i < L; ++i) detail::validate_width(d, static_cast<int>(i), widths[i]);
+        max_width = detail::max_of(widths, 0);
+        residual_width = max_width > d.hidden ? max_width : d.hidden;
+    }
+
+    constexpr int layers() const { return static_cast<int>(L); }
+    constexpr int width(int layer) const { return widths[static_cast<std::size_t>(layer)]; }
+    constexpr int head_dim(int layer) const { return width(layer) / dims.heads; }
+    friend constexpr bool operator==(const schedule&, const schedule&) = default;
+};
+
+// A schedule whose layer count is known only at run time (read from a checkpoint, from flags).
+template <>
+struct schedule<dynamic> {
+    model_dims dims{};
+    std::vector<int> widths{};
+    int max_width = 0;
+    int residual_width = 0;
+
+    static constexpr std::size_t static_layers = dynamic;
+
+    schedule() = default;
+    schedule(const model_dims& d, std::vector<int> w) : dims(d), widths(std::move(w)) {
+        detail::validate_dims(d);
+        if (static_cast<int>(widths.size()) != d.layers)
+            detail::fail("invalid schedule: dims say ", d.layers, " layers but ", widths.size(),
+                         " widths were given");
+        for (std::size_t i = 0; i < widths.size(); ++i)
+            detail::validate_width(d, static_cast<int>(i), widths[i]);
+        max_width = detail::max_of(widths, 0);
+        residual_width = max_width > d.hidden ? max_width : d.hidden;
+    }
+    template <std::size_t L>
+    explicit schedule(const schedule<L>& fixed)
+        : schedule(fixed.dims, std::vector<int>(fixed.widths.begin(), fixed.widths.end())) {}
+
+    int layers() const { return static_cast<int>(widths.size()); }
+    int width(int layer) const { return widths.at(static_cast<std::size_t>(layer)); }
+    int head_dim(int layer) const { return width(layer) / dims.heads; }
+    friend bool operator==(const schedule&, const schedule&) = default;
+};
+
+using dynamic_schedule = schedule<dynamic>;
+
+// Anything with dims, widths and the derived widths: both schedule kinds.
+template <class S>
+concept width_schedule = requires(const S& s) {
+    { s.dims } -> std::convertible_to<model_dims>;
+    { s.layers() } -> std::convertible_to<int>;
+    { s.width(0) } -> std::convertible_to<int>;
+    { s.residual_width } -> std::convertible_to<int>;
+};
+
+// The parameter-matched uniform twin: every layer at width h.
+template <std::size_t L>
+constexpr schedule<L> uniform_twin(const schedule<L>& s) {
+    std::array<int, L> w{};
+    for (auto& x : w) x = s.dims.hidden;
+    return schedule<L>(s.dims, w);
+}
+inline dynamic_schedule uniform_twin(const dynamic_schedule& s) {
+    return dynamic_schedule(s.dims, std::vector<int>(s.widths.size(), s.dims.hidden));
+}
+
+}  // namespace vwt

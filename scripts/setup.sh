@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs every dependency vwt's build, tests and benchmarks need, from Debian's packages.
+# Idempotent: packages already present are skipped, and nothing is asked interactively.
+set -euo pipefail
+
+packages=(
+  build-essential cmake clang
+  libeigen3-dev nlohmann-json3-dev libcli11-dev catch2 libbenchmark-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all packages present"
+fi

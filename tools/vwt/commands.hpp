@@ -1,0 +1,9 @@
+// The subcommands of the `vwt` tool; each registers itself on the top-level CLI11 app.
+// Their callbacks throw vwt::error on bad input; main() turns that into a message and exit code 2.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace vwt::cli {
+void add_info_command(CLI::App& app);
+}

@@ -1,0 +1,36 @@
+// The command line's schedule flags (--preset or --layers/--hidden/...), shared by every
+// subcommand that builds a model, and their translation to a vwt::schedule_spec.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include <vwt/vwt.hpp>
+
+namespace vwt::cli {
+
+struct schedule_flags {
+    std::string preset;
+    std::optional<int> layers, hidden, heads, kv_heads, vocab, context, turn, quantize;
+    std::optional<int> experts, experts_per_token, moe_intermediate;
+    std::optional<std::string> shape_name;
+    std::optional<double> bottleneck, expansion, reduction, delta, delta_neg;
+    bool duplicate_peak = false;
+    bool asymmetric = false;
+    std::string permute = "none";
+    std::uint64_t permute_seed = 0;
+    bool permute_all = false;
+    std::vector<int> widths;
+
+    void add_to(CLI::App& app);
+    // The schedule the flags describe; `name` receives the preset name or "custom".
+    // Throws vwt::error naming the flag at fault.
+    schedule_spec spec(std::string& name) const;
+    // Also honours --widths (an explicit list); returns the base width the solver chose.
+    dynamic_schedule build(std::string& name, int& base_width) const;
+};
+
+}  // namespace vwt::cli
