@@ -1,0 +1,65 @@
+// Everything besides the widths that fixes a model's function: parametrisation (muP multipliers
+// or standard), norm epsilon, RoPE theta, the resize method, the MLP weight layout, special ids.
+#pragma once
+
+#include <cmath>
+#include <string>
+
+#include "schedule/schedule.hpp"
+
+namespace vwt {
+
+enum class parametrization {
+    mup,       // the paper: m_emb, m_residual, m_width, attention scale 1/d
+    standard,  // Llama-style: multipliers 1, attention scale 1/sqrt(d)
+};
+
+enum class resize_method {
+    move_up,  // the paper: grown coordinates come back from the last layer that had them
+    zero,     // grown coordinates start at zero
+};
+
+// How c_fc's 8w output rows split into the SwiGLU up (u) and gate (g) halves.
+enum class mlp_layout {
+    split,        // rows [0, 4w) are u, rows [4w, 8w) are g (the lm_engine revision the authors use)
+    interleaved,  // rows alternate u, g (newer lm_engine)
+};
+
+struct model_config {
+    dynamic_schedule schedule{};
+    parametrization param = parametrization::mup;
+    double m_emb = 12.0;
+    double m_residual = 0.22;
+    double m_width = 8.0;
+    double initializer_range = 0.1;
+    double norm_eps = 1e-5;
+    double rope_theta = 10000.0;
+    resize_method resize = resize_method::move_up;
+    mlp_layout mlp = mlp_layout::split;
+    int bos_token_id = 256;
+    int eos_token_id = 257;
+    int pad_token_id = 257;
+
+    // The paper's dense configs: m_emb 12, m_residual 0.22, m_width 8, init range 0.1, 1/d.
+    static model_config mup(dynamic_schedule s) {
+        model_config c;
+        c.schedule = std::move(s);
+        return c;
+    }
+    // Multipliers 1 and 1/sqrt(d): with a uniform schedule this is a Llama-style model.
+    static model_config standard(dynamic_schedule s) {
+        model_config c;
+        c.schedule = std::move(s);
+        c.param = parametrization::standard;
+        c.m_emb = c.m_residual = c.m_width = 1.0;
+        c.initializer_range = 0.02;
+        return c;
+    }
+
+    double attention_scale(int layer) const {
+        const double d = schedule.head_dim(layer);
+        return param == parametrization::mup ? 1.0 / d : 1.0 / std::sqrt(d);
+    }
+};
+
+}  // namespace vwt
