@@ -35,8 +35,10 @@ inline void write_all(int fd, const char* data, std::size_t size, const std::str
 inline void write_file_atomic(const std::filesystem::path& path, std::span<const std::string_view> pieces) {
     const auto dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
     std::random_device entropy;
-    const std::string tmp =
-        (dir / ("." + path.filename().string() + ".tmp" + std::to_string(entropy()))).string();
+    // Built with append rather than operator+ (GCC 12 warns falsely on "." + std::string).
+    std::string tmp_name(".");
+    tmp_name.append(path.filename().string()).append(".tmp").append(std::to_string(entropy()));
+    const std::string tmp = (dir / tmp_name).string();
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) vwt::detail::fail("cannot create '", tmp, "': ", std::strerror(errno));
     try {

@@ -27,6 +27,7 @@ struct context {
 template <class T>
 struct backend {
     using scalar = T;
+    using context_type = context;
     template <class U = T>
     using buffer = std::vector<U>;
 

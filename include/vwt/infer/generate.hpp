@@ -1,0 +1,57 @@
+// The generation loop over one KV cache: prefill the prompt, then decode token by token with a
+// sampler, stop tokens, a token limit and a streaming callback that may also cancel.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "../model.hpp"
+#include "sampling.hpp"
+
+namespace vwt {
+
+struct generation_options {
+    int max_new_tokens = 64;
+    sampling_options sampling{};
+    std::uint64_t seed = 0;
+    std::vector<int> stop_tokens{};
+    // Called with each new token; return false to stop early.
+    std::function<bool(int)> on_token{};
+};
+
+// Appends the prompt to `cache` and generates up to max_new_tokens; returns the new tokens (a
+// stop token ends generation and is included).
+template <class Model>
+std::vector<int> generate(const Model& m, const typename Model::context& ctx, kv_cache<typename Model::T>& cache,
+                          std::span<const int> prompt, const generation_options& o) {
+    using T = typename Model::T;
+    o.sampling.validate();
+    if (prompt.empty()) detail::fail("generate: the prompt is empty");
+    if (o.max_new_tokens < 0) detail::fail("generate: max new tokens must be >= 0, got ", o.max_new_tokens);
+    const auto needed = static_cast<std::int64_t>(cache.length()) + static_cast<std::int64_t>(prompt.size()) + o.max_new_tokens;
+    if (needed > cache.capacity())
+        detail::fail("generate: prompt (", prompt.size(), " tokens) plus ", o.max_new_tokens, " new tokens need ", needed,
+                     " positions, beyond the context of ", cache.capacity());
+    std::mt19937_64 rng(o.seed);
+    std::vector<int> out;
+    std::vector<T> logits;
+    const auto step = [&](std::span<const int> tokens) {
+        const sequence_input<T> in{&cache, tokens};
+        logits = m.forward(ctx, std::span<const sequence_input<T>>(&in, 1), logits_mode::last);
+    };
+    step(prompt);
+    for (int i = 0; i < o.max_new_tokens; ++i) {
+        const int token = sample_token(std::span<const T>(logits), o.sampling, rng);
+        out.push_back(token);
+        const bool stop = std::find(o.stop_tokens.begin(), o.stop_tokens.end(), token) != o.stop_tokens.end();
+        if (o.on_token && !o.on_token(token)) break;
+        if (stop || i + 1 == o.max_new_tokens) break;
+        step(std::span<const int>(&out.back(), 1));
+    }
+    return out;
+}
+
+}  // namespace vwt

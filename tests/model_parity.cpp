@@ -1,0 +1,171 @@
+// The C++ model against the PyTorch reference (tests/reference/vwt_reference.py, float64, an
+// explicit truncate/copy realisation of the resize): logits on several schedules and lengths,
+// incremental decode vs full forward, batching, the static model, KV bytes, checkpoint round trip.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+#include <vwt/vwt.hpp>
+
+namespace {
+
+using backend = vwt::cpu::backend<float>;
+const std::filesystem::path reference_dir = VWT_REFERENCE_DIR;
+
+vwt::model<backend> load(const std::string& name) {
+    auto m = vwt::io::load_model_dir(reference_dir / name);
+    return vwt::model<backend>(std::move(m.config), std::move(m.params));
+}
+
+std::vector<float> read_floats(const std::filesystem::path& p) {
+    const auto bytes = vwt::io::read_file_bytes(p);
+    std::vector<float> v(bytes.size() / 4);
+    std::memcpy(v.data(), bytes.data(), v.size() * 4);
+    return v;
+}
+
+// max |a - b| relative to the reference's largest magnitude.
+double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
+    REQUIRE(a.size() == b.size());
+    double scale = 0, err = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        scale = std::max(scale, std::abs(static_cast<double>(b[i])));
+        err = std::max(err, std::abs(static_cast<double>(a[i]) - b[i]));
+    }
+    return err / scale;
+}
+
+std::vector<float> full_logits(const vwt::model<backend>& m, const std::vector<int>& tokens, int threads = 2) {
+    auto cache = m.make_cache(static_cast<int>(tokens.size()));
+    const vwt::sequence_input<float> in{&cache, tokens};
+    return m.forward({threads}, std::span(&in, 1), vwt::logits_mode::all);
+}
+
+nlohmann::json manifest() {
+    std::ifstream f(reference_dir / "manifest.json");
+    REQUIRE(f.good());
+    return nlohmann::json::parse(f);
+}
+
+}  // namespace
+
+TEST_CASE("logits match the PyTorch reference to 1e-4 relative") {
+    for (const auto& e : manifest()) {
+        const auto name = e["model"].get<std::string>();
+        const auto tokens = e["tokens"].get<std::vector<int>>();
+        CAPTURE(name, tokens.size());
+        const auto m = load(name);
+        const auto expected = read_floats(reference_dir / name / e["logits"].get<std::string>());
+        const auto got = full_logits(m, tokens);
+        CHECK(relative_error(got, expected) < 1e-4);
+    }
+}
+
+TEST_CASE("incremental decode equals the full forward") {
+    for (const char* name : {"x_tiny_l8", "x_gqa", "x_narrow_ends", "x_zero_resize"}) {
+        CAPTURE(name);
+        const auto m = load(name);
+        std::vector<int> tokens;
+        for (int i = 0; i < 20; ++i) tokens.push_back((i * 37 + 11) % 258);
+        const auto full = full_logits(m, tokens);
+        auto cache = m.make_cache(32);
+        // prefill 5, then one token at a time
+        std::vector<float> stepped;
+        const std::vector<int> prefix(tokens.begin(), tokens.begin() + 5);
+        vwt::sequence_input<float> in{&cache, prefix};
+        stepped = m.forward({1}, std::span(&in, 1), vwt::logits_mode::all);
+        for (std::size_t t = 5; t < tokens.size(); ++t) {
+            in.tokens = std::span(&tokens[t], 1);
+            const auto row = m.forward({1}, std::span(&in, 1), vwt::logits_mode::last);
+            stepped.insert(stepped.end(), row.begin(), row.end());
+        }
+        CHECK(cache.length() == 20);
+        CHECK(relative_error(stepped, full) < 1e-5);
+    }
+}
+
+TEST_CASE("a batch of prompts of different lengths equals each prompt alone") {
+    const auto m = load("x_tiny_l6");
+    const std::vector<int> a{1, 2, 3, 4, 5, 6, 7, 8, 9}, b{200, 100}, c{42, 43, 44, 45};
+    auto ca = m.make_cache(16), cb = m.make_cache(16), cc = m.make_cache(16);
+    const vwt::sequence_input<float> batch[] = {{&ca, a}, {&cb, b}, {&cc, c}};
+    const auto together = m.forward({2}, batch, vwt::logits_mode::last);
+    const int V = m.vocab();
+    for (int i = 0; i < 3; ++i) {
+        const auto alone = full_logits(m, i == 0 ? a : i == 1 ? b : c, 1);
+        const std::vector<float> last(alone.end() - V, alone.end());
+        const std::vector<float> row(together.begin() + i * V, together.begin() + (i + 1) * V);
+        CHECK(relative_error(row, last) < 1e-5);
+    }
+}
+
+TEST_CASE("the static (compile-time tuple) model equals the dynamic one") {
+    constexpr auto S = vwt::make_schedule<6>(vwt::presets::tiny_l6);
+    auto loaded = vwt::io::load_model_dir(reference_dir / "x_tiny_l6");
+    loaded.config.schedule.dims.vocab = 258;
+    // The reference stores context 256, the preset too; both schedules must be equal.
+    REQUIRE(loaded.config.schedule == vwt::dynamic_schedule(S));
+    const vwt::static_model<backend, S> fixed(loaded.config, loaded.params);
+    const vwt::model<backend> dyn(loaded.config, loaded.params);
+    const std::vector<int> tokens{5, 6, 7, 8, 9, 10};
+    auto c1 = fixed.make_cache(8), c2 = dyn.make_cache(8);
+    const vwt::sequence_input<float> i1{&c1, tokens}, i2{&c2, tokens};
+    CHECK(fixed.forward({1}, std::span(&i1, 1), vwt::logits_mode::all) ==
+          dyn.forward({1}, std::span(&i2, 1), vwt::logits_mode::all));
+    auto other = loaded.config;
+    other.schedule = vwt::make_schedule(vwt::presets::tiny_l8);
+    CHECK_THROWS_WITH((vwt::static_model<backend, S>(other, loaded.params)),
+                      Catch::Matchers::Contains("do not match the compiled schedule"));
+}
+
+TEST_CASE("the KV cache stores exactly the accounting's bytes per token") {
+    for (const char* name : {"x_tiny_l8", "x_gqa", "uniform_mup"}) {
+        CAPTURE(name);
+        const auto m = load(name);
+        const auto cache = m.make_cache(100);
+        const auto costs = vwt::account(m.schedule(), {0, 4, 4});
+        CHECK(cache.bytes_per_token() == costs.kv_bytes_per_token);
+        CHECK(cache.allocated_bytes() == 100 * costs.kv_bytes_per_token);
+    }
+}
+
+TEST_CASE("save and load round-trip bit-exactly in F32, F16 and BF16") {
+    const auto dir = std::filesystem::temp_directory_path() / "vwt_roundtrip_test";
+    std::filesystem::remove_all(dir);
+    for (const char* name : {"x_tiny_l6", "x_bf16", "x_f16"}) {
+        CAPTURE(name);
+        const auto loaded = vwt::io::load_model_dir(reference_dir / name);
+        const auto type = std::string(name) == "x_bf16" ? vwt::io::dtype::bf16
+                          : std::string(name) == "x_f16" ? vwt::io::dtype::f16 : vwt::io::dtype::f32;
+        vwt::io::save_model_dir(dir / name, loaded.config, loaded.params, type);
+        const auto back = vwt::io::load_model_dir(dir / name);
+        CHECK(back.params == loaded.params);  // values already representable: exact
+        CHECK(back.config.schedule == loaded.config.schedule);
+        CHECK(back.config.m_emb == loaded.config.m_emb);
+        CHECK(back.config.resize == loaded.config.resize);
+        // Writing what was read gives the same bytes again.
+        vwt::io::save_model_dir(dir / "again", back.config, back.params, type);
+        CHECK(vwt::io::read_file_bytes(dir / "again" / "model.safetensors") ==
+              vwt::io::read_file_bytes(dir / name / "model.safetensors"));
+    }
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("config widths that disagree with their generator parameters are reported") {
+    auto spec = vwt::presets::tiny_l8;
+    const auto s = vwt::make_schedule(spec);
+    auto j = vwt::io::config_to_json(vwt::model_config::mup(s), &spec);
+    std::vector<std::string> logged;
+    const vwt::io::log_function log = [&](const std::string& m) { logged.push_back(m); };
+    vwt::io::config_from_json(j, "c.json", log);
+    CHECK(logged.empty());
+    auto widths = j["widths"].get<std::vector<int>>();
+    widths[3] += 8;
+    j["widths"] = widths;
+    const auto c = vwt::io::config_from_json(j, "c.json", log);
+    REQUIRE(logged.size() == 1);
+    CHECK_THAT(logged[0], Catch::Matchers::Contains("other widths than the 'widths' list"));
+    CHECK(c.schedule.widths == widths);  // `widths` is trusted
+}

@@ -1,0 +1,189 @@
+"""An independent PyTorch reference of the vwt model (semantics.md section 2), for parity tests.
+
+It realises the residual resize explicitly, as the authors' code does: every layer's output is
+kept, a narrower layer takes a truncated copy, a wider one restores each missing coordinate from
+the most recent earlier layer that had it (move_up) or from zeros (zero). It computes in float64.
+Weights are drawn with torch's own RNG and written as safetensors by the small writer below, so
+the C++ side reads files it did not write. Usage: vwt_reference.py OUT_DIR
+"""
+import json
+import math
+import os
+import struct
+import sys
+
+import torch
+
+
+def write_safetensors(path, tensors, dtype):
+    """tensors: list of (name, float tensor); dtype: 'F32' | 'F16' | 'BF16'."""
+    torch_dtype = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}[dtype]
+    header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
+    for name, t in tensors:
+        raw = t.to(torch_dtype).contiguous().view(torch.uint8).numpy().tobytes() if dtype != "BF16" else \
+            t.to(torch_dtype).contiguous().view(torch.int16).numpy().tobytes()
+        header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for b in blobs:
+            f.write(b)
+
+
+class Reference:
+    def __init__(self, widths, hidden, heads, kv_heads, vocab, context, mup=True, resize="move_up", seed=0,
+                 init_range=None):
+        self.widths, self.h, self.H, self.Hkv, self.V, self.ctx = widths, hidden, heads, kv_heads, vocab, context
+        self.mup, self.resize = mup, resize
+        self.m_emb, self.m_res, self.m_width = (12.0, 0.22, 8.0) if mup else (1.0, 1.0, 1.0)
+        self.range = init_range if init_range is not None else (0.1 if mup else 0.02)
+        self.eps, self.theta = 1e-5, 10000.0
+        g = torch.Generator().manual_seed(seed)
+        L = len(widths)
+
+        def normal(shape, std):
+            return torch.randn(*shape, generator=g, dtype=torch.float64) * std
+
+        self.tensors = [("transformer.wte.weight", normal((vocab, hidden), self.range))]
+        for i, w in enumerate(widths):
+            d = w // heads
+            sigma = self.range * math.sqrt(hidden / w) if mup else self.range
+            wdiv = math.sqrt(self.m_width) if mup else 1.0
+            p = f"transformer.h.{i}."
+            # Norm gains away from 1, so that a wrong gain index shows in the logits.
+            self.tensors += [
+                (p + "ln_1.weight", 1 + 0.1 * normal((w,), 1.0)),
+                (p + "sequence_mixer.c_attn.weight", normal(((heads + 2 * kv_heads) * d, w), sigma / wdiv)),
+                (p + "sequence_mixer.c_proj.weight", normal((w, heads * d), sigma / wdiv / math.sqrt(2 * L))),
+                (p + "ln_2.weight", 1 + 0.1 * normal((w,), 1.0)),
+                (p + "mlp_block.c_fc.weight", normal((8 * w, w), sigma / wdiv)),
+                (p + "mlp_block.c_proj.weight", normal((w, 4 * w), sigma / wdiv / math.sqrt(2 * L))),
+            ]
+        self.tensors += [("transformer.ln_f.weight", 1 + 0.1 * normal((widths[-1],), 1.0)),
+                         ("lm_head.weight", normal((vocab, hidden), self.range))]
+        self.p = dict(self.tensors)
+
+    def round_weights(self, dtype):
+        """Use the weights as the file stores them."""
+        t = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}[dtype]
+        self.tensors = [(n, v.to(t).to(torch.float64)) for n, v in self.tensors]
+        self.p = dict(self.tensors)
+
+    def rmsnorm(self, x, g):
+        return x / torch.sqrt((x * x).mean(-1, keepdim=True) + self.eps) * g
+
+    def rope(self, x, positions):  # x: [T, heads, d]
+        d = x.shape[-1]
+        inv = self.theta ** (-torch.arange(0, d // 2, dtype=torch.float64) * 2 / d)
+        ang = positions[:, None].double() * inv[None, :]
+        cos, sin = torch.cat([ang.cos()] * 2, -1)[:, None, :], torch.cat([ang.sin()] * 2, -1)[:, None, :]
+        rot = torch.cat([-x[..., d // 2:], x[..., : d // 2]], -1)
+        return x * cos + rot * sin
+
+    def resize_to(self, x, width, history):
+        """Truncate, or grow from the most recent earlier state that had each coordinate."""
+        if width <= x.shape[-1]:
+            return x[:, :width].clone()
+        parts, start = [x], x.shape[-1]
+        if self.resize == "move_up":
+            for cand in reversed(history):
+                if cand.shape[-1] <= start:
+                    continue
+                end = min(cand.shape[-1], width)
+                parts.append(cand[:, start:end])
+                start = end
+                if start >= width:
+                    break
+        if start < width:
+            parts.append(torch.zeros(x.shape[0], width - start, dtype=x.dtype))
+        return torch.cat(parts, -1)
+
+    def logits(self, tokens):
+        T = len(tokens)
+        pos = torch.arange(T)
+        x = self.p["transformer.wte.weight"][torch.tensor(tokens)] * self.m_emb
+        history = [x]
+        for i, w in enumerate(self.widths):
+            x = self.resize_to(x, w, history)
+            d, G = w // self.H, self.H // self.Hkv
+            pre = f"transformer.h.{i}."
+            a = self.rmsnorm(x, self.p[pre + "ln_1.weight"])
+            qkv = (a @ self.p[pre + "sequence_mixer.c_attn.weight"].T).view(T, self.Hkv, G + 2, d)
+            q = qkv[:, :, :G, :].reshape(T, self.H, d)
+            k = qkv[:, :, G, :]
+            v = qkv[:, :, G + 1, :]
+            q, k = self.rope(q, pos), self.rope(k, pos)
+            k = k.repeat_interleave(G, dim=1)
+            v = v.repeat_interleave(G, dim=1)
+            scale = 1.0 / d if self.mup else 1.0 / math.sqrt(d)
+            s = torch.einsum("thd,shd->hts", q, k) * scale
+            s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+            o = torch.einsum("hts,shd->thd", s.softmax(-1), v).reshape(T, self.H * d)
+            x = x + self.m_res * (o @ self.p[pre + "sequence_mixer.c_proj.weight"].T)
+            b = self.rmsnorm(x, self.p[pre + "ln_2.weight"])
+            f = b @ self.p[pre + "mlp_block.c_fc.weight"].T
+            u, gate = f[:, : 4 * w], f[:, 4 * w:]
+            x = x + self.m_res * ((u * torch.nn.functional.silu(gate)) @ self.p[pre + "mlp_block.c_proj.weight"].T)
+            history.append(x)
+        y = self.rmsnorm(x, self.p["transformer.ln_f.weight"])
+        y = self.resize_to(y, self.h, history[:-1]) if y.shape[-1] < self.h else y[:, : self.h]
+        return (y @ self.p["lm_head.weight"].T) / self.m_width
+
+    def config(self):
+        return {
+            "model_type": "width_varying", "hidden_size": self.h, "num_layers": len(self.widths),
+            "vocab_size": self.V, "max_position_embeddings": self.ctx, "widths": self.widths,
+            "expand_method": self.resize, "init_method": "mup" if self.mup else "normal",
+            "m_emb": self.m_emb, "m_residual": self.m_res, "m_width": self.m_width,
+            "initializer_range": self.range, "layer_norm_epsilon": self.eps, "rope_theta": self.theta,
+            "tie_word_embeddings": False,
+            "sequence_mixer_blocks": [{"num_attention_heads": self.H, "num_key_value_heads": self.Hkv}
+                                      for _ in self.widths],
+            "mlp_blocks": [{"mlp_type": "MLP", "intermediate_size": 4 * w} for w in self.widths],
+        }
+
+
+CASES = [
+    # name, widths, hidden, heads, kv_heads, mup, resize, dtype
+    ("x_tiny_l6", [144, 88, 48, 32, 64, 144], 96, 4, 4, True, "move_up", "F32"),
+    ("x_tiny_l8", [208, 152, 104, 72, 56, 40, 88, 208], 128, 4, 4, True, "move_up", "F32"),
+    ("x_narrow_ends", [48, 96, 32, 64, 40], 80, 4, 4, True, "move_up", "F32"),  # w_1 < h, w_L < h
+    ("x_zero_resize", [48, 96, 32, 64, 40], 80, 4, 4, True, "zero", "F32"),
+    ("diamond", [64, 96, 128, 96, 64], 96, 4, 4, True, "move_up", "F32"),
+    ("uniform_mup", [96, 96, 96, 96], 96, 4, 4, True, "move_up", "F32"),
+    ("uniform_llama", [128, 128, 128], 128, 4, 4, False, "move_up", "F32"),
+    ("x_gqa", [192, 128, 64, 128, 192], 128, 8, 2, True, "move_up", "F32"),
+    ("x_bf16", [144, 88, 48, 32, 64, 144], 96, 4, 4, True, "move_up", "BF16"),
+    ("x_f16", [144, 88, 48, 32, 64, 144], 96, 4, 4, True, "move_up", "F16"),
+]
+
+
+def main(out):
+    os.makedirs(out, exist_ok=True)
+    manifest = []
+    g = torch.Generator().manual_seed(1234)
+    for n, (name, widths, h, H, Hkv, mup, resize, dtype) in enumerate(CASES):
+        ref = Reference(widths, h, H, Hkv, 258, 256, mup=mup, resize=resize, seed=n)
+        ref.round_weights(dtype)
+        d = os.path.join(out, name)
+        os.makedirs(d, exist_ok=True)
+        write_safetensors(os.path.join(d, "model.safetensors"), ref.tensors, dtype)
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(ref.config(), f, indent=1)
+        for length in (1, 7, 33):
+            tokens = torch.randint(0, 258, (length,), generator=g).tolist()
+            logits = ref.logits(tokens).to(torch.float32).numpy()
+            fname = f"logits_{length}.bin"
+            logits.tofile(os.path.join(d, fname))
+            manifest.append({"model": name, "tokens": tokens, "logits": fname})
+    with open(os.path.join(out, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=1)
+    print(f"reference: wrote {len(CASES)} models, {len(manifest)} logit files to {out}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
