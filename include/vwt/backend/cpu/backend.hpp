@@ -18,6 +18,14 @@
 
 #include "../../residual_view.hpp"
 
+// OpenMP when the build enables it (vwt::vwt links OpenMP::OpenMP_CXX); serial otherwise.
+#if defined(_OPENMP)
+#define VWT_OMP(...) _Pragma(VWT_OMP_STR(omp __VA_ARGS__))
+#define VWT_OMP_STR(x) #x
+#else
+#define VWT_OMP(...)
+#endif
+
 namespace vwt::cpu {
 
 struct context {
@@ -48,7 +56,7 @@ struct backend {
         const index_t n = w.rows;
         const int threads = std::max(1, std::min<int>(ctx.threads, static_cast<int>((n + 63) / 64)));
         const index_t chunk = ((n + threads - 1) / threads + 15) / 16 * 16;
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+VWT_OMP(parallel for num_threads(threads) schedule(static) if (threads > 1))
         for (int t = 0; t < threads; ++t) {
             const index_t begin = t * chunk;
             const index_t end = std::min(n, begin + chunk);
@@ -66,7 +74,7 @@ struct backend {
 
     // y = x / sqrt(mean(x^2) + eps) * g, row by row; the mean runs over all x.cols coordinates.
     static void rmsnorm(const context& ctx, matrix_view<const T> x, const T* gain, matrix_view<T> y, T eps) {
-#pragma omp parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads > 1 && x.rows > 1)
+VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads > 1 && x.rows > 1))
         for (index_t r = 0; r < x.rows; ++r) {
             const T* in = x.row(r);
             T* out = y.row(r);
@@ -84,7 +92,7 @@ struct backend {
         const int half = d / 2;
         std::vector<double> inv_freq(static_cast<std::size_t>(half));
         for (int j = 0; j < half; ++j) inv_freq[static_cast<std::size_t>(j)] = std::pow(theta, -2.0 * j / d);
-#pragma omp parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads > 1 && x.rows > 1)
+VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads > 1 && x.rows > 1))
         for (index_t r = 0; r < x.rows; ++r) {
             T* row = x.row(r) + first;
             for (int j = 0; j < half; ++j) {
@@ -109,7 +117,7 @@ struct backend {
         const index_t T_q = q.rows, n_ctx = keys.rows, past = n_ctx - T_q;
         const int group = heads / kv_heads;
         constexpr index_t block = 128;  // query rows per score tile, bounds scratch memory
-#pragma omp parallel for num_threads(ctx.threads) schedule(dynamic) if (ctx.threads > 1)
+VWT_OMP(parallel for num_threads(ctx.threads) schedule(dynamic) if (ctx.threads > 1))
         for (int h = 0; h < heads; ++h) {
             const int g = h / group;
             matrix scores;
@@ -137,7 +145,7 @@ struct backend {
 
     // out[:, j] = u[:, j] * silu(g[:, j]) with u the first `inter` columns of `fused`, g the next.
     static void swiglu(const context& ctx, matrix_view<const T> fused, matrix_view<T> out, index_t inter) {
-#pragma omp parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads > 1 && fused.rows > 1)
+VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads > 1 && fused.rows > 1))
         for (index_t r = 0; r < fused.rows; ++r) {
             const T* u = fused.row(r);
             const T* g = u + inter;

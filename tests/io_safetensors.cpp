@@ -1,0 +1,196 @@
+// safetensors and checkpoint validation: every malformed file named in ecosystem.md is rejected
+// with a message naming the file and the fault; good files (including another writer's layout)
+// are read exactly. Run under ASan/UBSan in CI.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <vwt/vwt.hpp>
+
+using Catch::Matchers::Contains;
+
+namespace {
+
+std::vector<std::uint8_t> file_with(const std::string& header, std::size_t data_bytes, std::int64_t declared = -1) {
+    const std::uint64_t n = declared >= 0 ? static_cast<std::uint64_t>(declared) : header.size();
+    std::string text;
+    for (int i = 0; i < 8; ++i) text.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
+    text += header;
+    for (std::size_t i = 0; i < data_bytes; ++i) text.push_back(static_cast<char>(i));
+    return {text.begin(), text.end()};
+}
+
+void rejects(const std::vector<std::uint8_t>& bytes, const std::string& message) {
+    CAPTURE(message);
+    CHECK_THROWS_WITH(vwt::io::safetensors_view(bytes, "bad.safetensors"),
+                      Contains("safetensors 'bad.safetensors'") && Contains(message));
+}
+
+}  // namespace
+
+TEST_CASE("safetensors: structural faults are rejected with a reason") {
+    rejects({1, 2, 3}, "shorter than the 8-byte header length");
+    rejects(file_with("{}", 0, 200'000'000), "exceeds the limit of 100000000 bytes");
+    rejects(file_with("{}", 0, 50), "header length 50 is larger than the 2 bytes after the length");
+    rejects(file_with("{\"a\": ", 0), "not valid UTF-8 JSON");
+    rejects(file_with("{\"a\": \"\xff\xfe\"}", 0), "not valid UTF-8 JSON");
+    rejects(file_with("[1, 2]", 0), "header is not a JSON object");
+    rejects(file_with(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4),
+            "has the key 't' twice");
+    rejects(file_with(R"({"t":{"dtype":"F33","shape":[1],"data_offsets":[0,4]}})", 4), "unknown dtype 'F33'");
+    rejects(file_with(R"({"t":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4), "non-negative integers");
+    rejects(file_with(R"({"t":{"dtype":"F32","shape":"1","data_offsets":[0,4]}})", 4), "shape is not a list");
+    rejects(file_with(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}})", 4), "begin 4 > end 0");
+    rejects(file_with(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", 4), "needs 8");
+    rejects(file_with(R"({"t":{"dtype":"F32","shape":[4294967296,4294967296,4294967296],"data_offsets":[0,4]}})", 4),
+            "shape size overflows");
+    rejects(file_with(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 4), "beyond the 4-byte data buffer");
+    rejects(file_with(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})", 8),
+            "overlaps the previous tensor");
+    rejects(file_with(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8), "gap of 4 bytes before tensor 'a'");
+    rejects(file_with(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 6), "(trailing bytes)");
+    rejects(file_with(R"({"a":{"dtype":"F32","shape":[1]}})", 4), "has no 'data_offsets'");
+    rejects(file_with(R"({"__metadata__":{"format":1}})", 0), "__metadata__ value of 'format' is not a string");
+    rejects(file_with(R"({"__metadata__":[]})", 0), "__metadata__ is not an object");
+}
+
+TEST_CASE("safetensors: a valid file is read exactly, in every float dtype") {
+    const auto dir = std::filesystem::temp_directory_path() / "vwt_st_test";
+    std::filesystem::create_directories(dir);
+    const std::vector<float> a{1.0f, -2.5f, 3.25f, 0.0f, 65504.0f, -0.0009765625f};
+    const std::vector<float> b{0.1f, 0.2f};
+    for (auto type : {vwt::io::dtype::f32, vwt::io::dtype::f16, vwt::io::dtype::bf16}) {
+        const vwt::io::tensor_to_write t[] = {{"a", {2, 3}, a}, {"b", {2}, b}};
+        vwt::io::write_safetensors(dir / "t.safetensors", t, type);
+        const auto bytes = vwt::io::read_file_bytes(dir / "t.safetensors");
+        std::uint64_t n = 0;
+        for (int i = 7; i >= 0; --i) n = n << 8 | bytes[static_cast<std::size_t>(i)];
+        CHECK(n % 8 == 0);
+        CHECK(bytes[8] == '{');
+        const vwt::io::safetensors_view st(bytes, "t.safetensors");
+        CHECK(st.metadata().at("format") == "pt");
+        REQUIRE(st.find("a"));
+        CHECK(st.find("a")->shape == std::vector<std::int64_t>{2, 3});
+        std::vector<float> back(6);
+        st.read_as(*st.find("a"), back.data());
+        CHECK(back[0] == 1.0f);
+        CHECK(back[1] == -2.5f);
+        CHECK(back[2] == 3.25f);
+        if (type == vwt::io::dtype::bf16) CHECK(back[4] == 65536.0f);
+        else CHECK(back[4] == 65504.0f);
+        CHECK(back[5] == -0.0009765625f);
+        std::vector<float> bb(2);
+        st.read_as(*st.find("b"), bb.data());
+        CHECK(bb[0] == Approx(0.1f).epsilon(type == vwt::io::dtype::f32 ? 0 : 4e-3));
+    }
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("half conversions round to nearest even and handle the edges") {
+    using namespace vwt::io;
+    CHECK(f16_to_f32(0x3c00) == 1.0f);
+    CHECK(f16_to_f32(0x0001) == std::ldexp(1.0f, -24));  // smallest subnormal
+    CHECK(f16_to_f32(0x7bff) == 65504.0f);
+    CHECK(std::isinf(f16_to_f32(0x7c00)));
+    CHECK(f32_to_f16(1.0f) == 0x3c00);
+    CHECK(f32_to_f16(std::ldexp(1.0f, -24)) == 0x0001);
+    CHECK(f32_to_f16(std::ldexp(3.0f, -25)) == 0x0002);   // 1.5 ulp rounds to even (2)
+    CHECK(f32_to_f16(1.0f + std::ldexp(1.0f, -11)) == 0x3c00);  // tie to even
+    CHECK(f32_to_f16(1e6f) == 0x7c00);
+    CHECK(f32_to_bf16(1.0f) == 0x3f80);
+    CHECK(bf16_to_f32(0x3f80) == 1.0f);
+    // Every half converts to float and back unchanged.
+    for (std::uint32_t h = 0; h < 0x7c00; ++h) REQUIRE(f32_to_f16(f16_to_f32(static_cast<std::uint16_t>(h))) == h);
+}
+
+namespace {
+struct model_dir {
+    std::filesystem::path dir = std::filesystem::temp_directory_path() / "vwt_bad_model";
+    vwt::model_config config = vwt::model_config::mup(vwt::make_schedule(vwt::presets::tiny_l6));
+    std::vector<float> params;
+    model_dir() {
+        std::filesystem::remove_all(dir);
+        vwt::parameter_layout layout(config);
+        vwt::initialize_parameters(config, layout, 7, params);
+        vwt::io::save_model_dir(dir, config, params);
+    }
+    ~model_dir() { std::filesystem::remove_all(dir); }
+    void write(const std::string& file, const std::string& text) const { std::ofstream(dir / file) << text; }
+};
+}  // namespace
+
+TEST_CASE("model directories: bad configs and mismatched tensors are named") {
+    model_dir m;
+    CHECK_NOTHROW(vwt::io::load_model_dir(m.dir));
+    CHECK_THROWS_WITH(vwt::io::load_model_dir(m.dir / "nope"), Contains("does not exist"));
+
+    SECTION("truncated weights") {
+        auto bytes = vwt::io::read_file_bytes(m.dir / "model.safetensors");
+        bytes.resize(bytes.size() - 100);
+        std::ofstream(m.dir / "model.safetensors", std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                                                            static_cast<std::streamsize>(bytes.size()));
+        CHECK_THROWS_WITH(vwt::io::load_model_dir(m.dir), Contains("model.safetensors") && Contains("is beyond the"));
+    }
+    SECTION("config widths that do not fit the weights") {
+        auto j = vwt::io::config_to_json(m.config);
+        j["widths"] = {144, 88, 48, 32, 64, 136};
+        m.write("config.json", j.dump());
+        CHECK_THROWS_WITH(vwt::io::load_model_dir(m.dir),
+                          Contains("tensor 'transformer.h.5.ln_1.weight' has shape [144], the schedule needs [136]"));
+    }
+    SECTION("a width the heads do not divide") {
+        auto j = vwt::io::config_to_json(m.config);
+        j["widths"] = {144, 88, 48, 30, 64, 144};
+        m.write("config.json", j.dump());
+        CHECK_THROWS_WITH(vwt::io::load_model_dir(m.dir), Contains("config.json") && Contains("width 30 of layer 4"));
+    }
+    SECTION("missing and unexpected tensors") {
+        const auto layout = vwt::parameter_layout(m.config);
+        std::vector<vwt::io::tensor_to_write> t;
+        for (const auto& info : layout.tensors())
+            if (info.name != "lm_head.weight")
+                t.push_back({info.name, info.shape, std::span<const float>(m.params).subspan(
+                                                        static_cast<std::size_t>(info.offset), static_cast<std::size_t>(info.numel()))});
+        vwt::io::write_safetensors(m.dir / "model.safetensors", t, vwt::io::dtype::f32);
+        CHECK_THROWS_WITH(vwt::io::load_model_dir(m.dir), Contains("missing tensor 'lm_head.weight'"));
+        const float extra[] = {1.0f};
+        t.push_back({"lm_head.weight", layout.at("lm_head.weight").shape,
+                     std::span<const float>(m.params).subspan(static_cast<std::size_t>(layout.at("lm_head.weight").offset),
+                                                              static_cast<std::size_t>(layout.at("lm_head.weight").numel()))});
+        t.push_back({"transformer.extra", {1}, extra});
+        vwt::io::write_safetensors(m.dir / "model.safetensors", t, vwt::io::dtype::f32);
+        CHECK_THROWS_WITH(vwt::io::load_model_dir(m.dir), Contains("unexpected tensor 'transformer.extra'"));
+    }
+    SECTION("config faults") {
+        m.write("config.json", "{not json");
+        CHECK_THROWS_WITH(vwt::io::load_model_dir(m.dir), Contains("config.json") && Contains("not valid JSON"));
+        auto j = vwt::io::config_to_json(m.config);
+        j.erase("widths");
+        m.write("config.json", j.dump());
+        CHECK_THROWS_WITH(vwt::io::load_model_dir(m.dir), Contains("missing field 'widths'"));
+        j = vwt::io::config_to_json(m.config);
+        j["model_type"] = "llama";
+        m.write("config.json", j.dump());
+        CHECK_THROWS_WITH(vwt::io::load_model_dir(m.dir), Contains("model_type 'llama'"));
+        j = vwt::io::config_to_json(m.config);
+        j["hidden_size"] = "ninety-six";
+        m.write("config.json", j.dump());
+        CHECK_THROWS_WITH(vwt::io::load_model_dir(m.dir), Contains("field 'hidden_size' has the wrong type"));
+        j = vwt::io::config_to_json(m.config);
+        j["expand_method"] = "gaussian";
+        m.write("config.json", j.dump());
+        CHECK_THROWS_WITH(vwt::io::load_model_dir(m.dir), Contains("expand_method 'gaussian' is not supported"));
+    }
+    SECTION("unsupported tensor dtype") {
+        auto bytes = vwt::io::read_file_bytes(m.dir / "model.safetensors");
+        const std::string text(bytes.begin(), bytes.end());
+        const auto at = text.find("\"F32\"");
+        REQUIRE(at != std::string::npos);
+        std::memcpy(bytes.data() + at, "\"I32\"", 5);
+        std::ofstream(m.dir / "model.safetensors", std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                                                            static_cast<std::streamsize>(bytes.size()));
+        CHECK_THROWS_WITH(vwt::io::load_model_dir(m.dir), Contains("has dtype I32; F32, F16, BF16 or F64 expected"));
+    }
+}
