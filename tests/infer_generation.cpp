@@ -1,0 +1,166 @@
+// Sampling against brute-force probabilities, the generation loop (stop tokens, limits,
+// streaming, cancelling, seeds), concurrent sessions over one model, and bad requests.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <map>
+#include <thread>
+
+#include <vwt/vwt.hpp>
+
+using Catch::Matchers::Contains;
+
+namespace {
+using backend = vwt::cpu::backend<float>;
+
+vwt::model<backend> tiny_model(std::uint64_t seed = 3) {
+    auto c = vwt::model_config::mup(vwt::make_schedule(vwt::presets::tiny_l6));
+    std::vector<float> p;
+    vwt::initialize_parameters(c, vwt::parameter_layout(c), seed, p);
+    return vwt::model<backend>(std::move(c), std::move(p));
+}
+}  // namespace
+
+TEST_CASE("sampling: greedy, top-k, top-p and temperature follow their definitions") {
+    const std::vector<float> logits{1.0f, 3.0f, 2.0f, 0.5f, 2.9f};
+    std::mt19937_64 rng(1);
+    CHECK(vwt::sample_token<float>(logits, {0.0, 0, 1.0}, rng) == 1);
+    CHECK(vwt::sample_token<float>(logits, {1.0, 1, 1.0}, rng) == 1);  // top-1 is greedy
+    // Empirical frequencies against the softmax restricted to the kept set.
+    const auto frequencies = [&](vwt::sampling_options o) {
+        std::map<int, double> f;
+        std::mt19937_64 r(42);
+        const int n = 40000;
+        for (int i = 0; i < n; ++i) f[vwt::sample_token<float>(logits, o, r)] += 1.0 / n;
+        return f;
+    };
+    const auto softmax = [&](std::vector<int> keep, double t) {
+        std::map<int, double> p;
+        double z = 0;
+        for (int k : keep) z += std::exp(logits[static_cast<std::size_t>(k)] / t);
+        for (int k : keep) p[k] = std::exp(logits[static_cast<std::size_t>(k)] / t) / z;
+        return p;
+    };
+    for (const auto& [o, keep] : std::vector<std::pair<vwt::sampling_options, std::vector<int>>>{
+             {{1.0, 0, 1.0}, {0, 1, 2, 3, 4}},
+             {{0.5, 0, 1.0}, {0, 1, 2, 3, 4}},
+             {{1.0, 3, 1.0}, {1, 4, 2}},
+             {{1.0, 0, 0.6}, {1, 4}},  // p(1) = 0.39, p(1) + p(4) = 0.74 >= 0.6
+         }) {
+        const auto f = frequencies(o);
+        const auto p = softmax(keep, o.temperature);
+        for (const auto& [k, pk] : p) {
+            const double fk = f.count(k) ? f.at(k) : 0.0;
+            CHECK(fk == Approx(pk).margin(0.01));
+        }
+        for (const auto& kv : f) CHECK(p.count(kv.first) == 1);  // nothing outside the kept set
+    }
+    CHECK_THROWS_WITH(vwt::sample_token<float>(logits, {-1.0, 0, 1.0}, rng), Contains("temperature must be >= 0"));
+    CHECK_THROWS_WITH(vwt::sample_token<float>(logits, {1.0, 0, 0.0}, rng), Contains("top-p must be in (0, 1]"));
+    CHECK_THROWS_WITH(vwt::sample_token<float>(logits, {1.0, -2, 1.0}, rng), Contains("top-k must be >= 0"));
+}
+
+TEST_CASE("generation: greedy equals argmax of the full forward, seeds reproduce, stops stop") {
+    const auto m = tiny_model();
+    const std::vector<int> prompt{72, 101, 108, 108, 111};
+    vwt::generation_options o;
+    o.max_new_tokens = 8;
+    o.sampling.temperature = 0;
+    auto cache = m.make_cache(32);
+    const auto out = vwt::generate(m, {1}, cache, prompt, o);
+    REQUIRE(out.size() == 8);
+    CHECK(cache.length() == 5 + 7);  // the last token is returned but not fed back
+    // Each greedy token is the argmax of a full recomputation over prompt + tokens so far.
+    std::vector<int> seq = prompt;
+    for (int t : out) {
+        auto c = m.make_cache(32);
+        const vwt::sequence_input<float> in{&c, seq};
+        const auto logits = m.forward({1}, std::span(&in, 1));
+        CHECK(t == std::max_element(logits.begin(), logits.end()) - logits.begin());
+        seq.push_back(t);
+    }
+    // Sampling with a seed is reproducible; another seed gives another text.
+    o.sampling = {1.0, 0, 1.0};
+    o.max_new_tokens = 20;
+    o.seed = 9;
+    auto c1 = m.make_cache(32), c2 = m.make_cache(32), c3 = m.make_cache(32);
+    const auto a = vwt::generate(m, {1}, c1, prompt, o);
+    const auto b = vwt::generate(m, {2}, c2, prompt, o);
+    o.seed = 10;
+    const auto c = vwt::generate(m, {1}, c3, prompt, o);
+    CHECK(a == b);
+    CHECK(a != c);
+    // A stop token ends generation (and is returned); the callback sees every token and can cancel.
+    o.seed = 9;
+    o.stop_tokens = {a[3]};
+    std::vector<int> streamed;
+    o.on_token = [&](int t) { streamed.push_back(t); return true; };
+    auto c4 = m.make_cache(32);
+    const auto stopped = vwt::generate(m, {1}, c4, prompt, o);
+    CHECK(stopped.size() <= 4);
+    CHECK(stopped.back() == a[3]);
+    CHECK(streamed == stopped);
+    o.stop_tokens.clear();
+    o.on_token = [&](int) { return false; };
+    auto c5 = m.make_cache(32);
+    CHECK(vwt::generate(m, {1}, c5, prompt, o).size() == 1);
+}
+
+TEST_CASE("several sessions decode concurrently over one shared model") {
+    const auto m = tiny_model();
+    vwt::generation_options o;
+    o.max_new_tokens = 16;
+    const auto run = [&](std::uint64_t seed) {
+        auto cache = m.make_cache(64);
+        auto opt = o;
+        opt.seed = seed;
+        return vwt::generate(m, {1}, cache, std::vector<int>{1, 2, 3}, opt);
+    };
+    std::vector<std::vector<int>> sequential, concurrent(4);
+    for (std::uint64_t s = 0; s < 4; ++s) sequential.push_back(run(s));
+    std::vector<std::thread> threads;
+    for (std::uint64_t s = 0; s < 4; ++s) threads.emplace_back([&, s] { concurrent[s] = run(s); });
+    for (auto& t : threads) t.join();
+    CHECK(concurrent == sequential);
+}
+
+TEST_CASE("bad requests are errors, not crashes") {
+    const auto m = tiny_model();
+    auto cache = m.make_cache(16);
+    const std::vector<int> bad{1, 258};
+    vwt::sequence_input<float> in{&cache, bad};
+    CHECK_THROWS_WITH(m.forward({1}, std::span(&in, 1)), Contains("token id 258 at position 1") && Contains("[0, 258)"));
+    const std::vector<int> negative{-1};
+    in.tokens = negative;
+    CHECK_THROWS_WITH(m.forward({1}, std::span(&in, 1)), Contains("token id -1"));
+    in.tokens = {};
+    CHECK_THROWS_WITH(m.forward({1}, std::span(&in, 1)), Contains("has no tokens"));
+    const std::vector<int> many(17, 5);
+    in.tokens = many;
+    CHECK_THROWS_WITH(m.forward({1}, std::span(&in, 1)), Contains("beyond its KV cache capacity 16"));
+    CHECK(cache.length() == 0);  // a rejected call leaves the cache as it was
+    const std::vector<int> ok{1, 2};
+    const vwt::sequence_input<float> twice[] = {{&cache, ok}, {&cache, ok}};
+    CHECK_THROWS_WITH(m.forward({1}, twice), Contains("share a KV cache"));
+    CHECK_THROWS_WITH(m.make_cache(257), Contains("KV cache capacity 257 must be in 1..256"));
+    vwt::generation_options o;
+    o.max_new_tokens = 15;
+    CHECK_THROWS_WITH(vwt::generate(m, {1}, cache, ok, o), Contains("need 17 positions, beyond the context of 16"));
+    CHECK_THROWS_WITH(vwt::generate(m, {1}, cache, std::vector<int>{}, o), Contains("prompt is empty"));
+    CHECK_THROWS_WITH(vwt::io::byte_tokenizer(258).decode({300}), Contains("id 300 is outside the vocabulary"));
+    auto wrong = m.config();
+    CHECK_THROWS_WITH(vwt::model<backend>(wrong, std::vector<float>(10)), Contains("10 parameters given, the schedule needs"));
+}
+
+TEST_CASE("the zero resize zeroes grown columns; move_up restores them") {
+    auto c = vwt::model_config::mup(vwt::dynamic_schedule({3, 64, 4, 4, 258, 64, {}}, {64, 32, 64}));
+    std::vector<float> p;
+    vwt::initialize_parameters(c, vwt::parameter_layout(c), 5, p);
+    const vwt::model<backend> up(c, p);
+    c.resize = vwt::resize_method::zero;
+    const vwt::model<backend> zero(c, p);
+    const std::vector<int> t{1, 2, 3};
+    auto c1 = up.make_cache(8), c2 = zero.make_cache(8);
+    const vwt::sequence_input<float> i1{&c1, t}, i2{&c2, t};
+    CHECK(up.forward({1}, std::span(&i1, 1)) != zero.forward({1}, std::span(&i2, 1)));
+}
