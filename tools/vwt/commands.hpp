@@ -6,4 +6,5 @@
 
 namespace vwt::cli {
 void add_info_command(CLI::App& app);
+void add_model_commands(CLI::App& app);  // init, generate, logits
 }

@@ -1,4 +1,4 @@
-// The `vwt` command line: info (and, as they land, init, generate, logits, train, compare).
+// The `vwt` command line: info, init, generate, logits.
 // Every error a user can cause ends in one line on stderr naming what was wrong, and exit code 2.
 #include <iostream>
 
@@ -11,11 +11,15 @@ int main(int argc, char** argv) {
     app.set_version_flag("--version", vwt::version_string);
     app.require_subcommand(1);
     vwt::cli::add_info_command(app);
+    vwt::cli::add_model_commands(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
         return app.exit(e);
     } catch (const vwt::error& e) {
+        std::cerr << "vwt: error: " << e.what() << '\n';
+        return 2;
+    } catch (const std::exception& e) {  // e.g. std::bad_alloc, filesystem errors
         std::cerr << "vwt: error: " << e.what() << '\n';
         return 2;
     }

@@ -64,11 +64,14 @@ VWT_OMP(parallel for num_threads(threads) schedule(static) if (threads > 1))
             auto out = eigen(y.cols_range(begin, end));
             const auto lhs = eigen(x);
             const auto rhs = eigen(w.rows_range(begin, end));
-            if (beta == T(0)) out.noalias() = alpha * (lhs * rhs.transpose());
-            else {
-                if (beta != T(1)) out *= beta;
-                out.noalias() += alpha * (lhs * rhs.transpose());
+            if (beta != T(1)) {
+                if (beta == T(0)) out.setZero();
+                else out *= beta;
             }
+            if (x.rows == 1)  // decode: a row-major matrix-vector product streams each weight row once
+                out.row(0).transpose().noalias() += alpha * (rhs * lhs.row(0).transpose());
+            else
+                out.noalias() += alpha * (lhs * rhs.transpose());
         }
     }
 

@@ -1,0 +1,150 @@
+// `vwt init` (a random muP or standard model directory), `vwt generate` (streamed text from a
+// prompt) and `vwt logits` (float32 logits of every position, for debugging and parity).
+#include <bit>
+#include <iostream>
+#include <map>
+
+#include <vwt/vwt.hpp>
+
+#include "commands.hpp"
+#include "schedule_flags.hpp"
+
+namespace vwt::cli {
+
+namespace {
+
+using cpu_backend = cpu::backend<float>;
+
+io::dtype parse_dtype(const std::string& flag, const std::string& name) {
+    static const std::map<std::string, io::dtype> types = {
+        {"f32", io::dtype::f32}, {"f16", io::dtype::f16}, {"bf16", io::dtype::bf16}};
+    const auto it = types.find(name);
+    if (it == types.end()) detail::fail(flag, ": unknown dtype '", name, "' (f32, f16, bf16)");
+    return it->second;
+}
+
+model<cpu_backend> load(const std::string& dir) {
+    auto m = io::load_model_dir(dir, [](const std::string& warning) { std::cerr << "vwt: warning: " << warning << '\n'; });
+    return model<cpu_backend>(std::move(m.config), std::move(m.params));
+}
+
+cpu::context threads_context(int threads) {
+    if (threads < 1) detail::fail("--threads: must be at least 1, got ", threads);
+    return {threads};
+}
+
+}  // namespace
+
+void add_model_commands(CLI::App& app) {
+    {
+        struct options {
+            schedule_flags schedule;
+            std::uint64_t seed = 0;
+            std::string out;
+            std::string dtype = "f32";
+            bool standard = false;
+            std::string resize = "move_up";
+        };
+        auto o = std::make_shared<options>();
+        auto* cmd = app.add_subcommand("init", "write a randomly initialised model directory (config.json + model.safetensors)");
+        o->schedule.add_to(*cmd);
+        cmd->add_option("--seed", o->seed, "initialisation seed");
+        cmd->add_option("--out", o->out, "model directory to write")->required();
+        cmd->add_option("--dtype", o->dtype, "weight dtype: f32, f16, bf16");
+        cmd->add_flag("--standard", o->standard, "standard parametrisation (multipliers 1, 1/sqrt(d)) instead of muP");
+        cmd->add_option("--resize", o->resize, "residual resize: move_up (the paper) or zero");
+        cmd->callback([o] {
+            std::string name;
+            const auto spec = o->schedule.spec(name);
+            int base = 0;
+            auto s = o->schedule.build(name, base);
+            if (s.dims.vocab < 256) detail::fail("--vocab: the byte tokenizer needs at least 256 ids, got ", s.dims.vocab);
+            auto c = o->standard ? model_config::standard(std::move(s)) : model_config::mup(std::move(s));
+            if (o->resize == "zero") c.resize = resize_method::zero;
+            else if (o->resize != "move_up") detail::fail("--resize: unknown method '", o->resize, "' (move_up, zero)");
+            c.bos_token_id = std::min(256, c.schedule.dims.vocab - 1);
+            c.eos_token_id = c.pad_token_id = std::min(257, c.schedule.dims.vocab - 1);
+            const parameter_layout layout(c);
+            std::vector<float> params;
+            initialize_parameters(c, layout, o->seed, params);
+            io::save_model_dir(o->out, c, params, parse_dtype("--dtype", o->dtype), o->schedule.widths.empty() ? &spec : nullptr);
+            std::cout << "wrote " << o->out << " (" << name << ", " << layout.size() << " parameters, widths";
+            for (int w : c.schedule.widths) std::cout << ' ' << w;
+            std::cout << ")\n";
+        });
+    }
+    {
+        struct options {
+            std::string model, prompt;
+            int max_new = 64, top_k = 0, threads = 1;
+            double temperature = 1.0, top_p = 1.0;
+            std::uint64_t seed = 0;
+        };
+        auto o = std::make_shared<options>();
+        auto* cmd = app.add_subcommand("generate", "stream text generated from a prompt");
+        cmd->add_option("--model", o->model, "model directory")->required();
+        cmd->add_option("--prompt", o->prompt, "prompt text (byte-level tokens)")->required();
+        cmd->add_option("--max-new", o->max_new, "maximum new tokens");
+        cmd->add_option("--temperature", o->temperature, "sampling temperature; 0 is greedy");
+        cmd->add_option("--top-k", o->top_k, "keep the k most likely tokens (0: all)");
+        cmd->add_option("--top-p", o->top_p, "keep the smallest set of probability >= p");
+        cmd->add_option("--seed", o->seed, "sampling seed");
+        cmd->add_option("--threads", o->threads, "CPU threads");
+        cmd->callback([o] {
+            const auto ctx = threads_context(o->threads);
+            const auto m = load(o->model);
+            const io::byte_tokenizer tok(m.vocab());
+            const auto prompt = tok.encode(o->prompt);
+            if (prompt.empty()) detail::fail("--prompt: empty prompt");
+            const auto needed = static_cast<long long>(prompt.size()) + o->max_new;
+            if (needed > m.schedule().dims.context)
+                detail::fail("--prompt plus --max-new: ", prompt.size(), " + ", o->max_new, " tokens exceed the model's context of ",
+                             m.schedule().dims.context);
+            generation_options g;
+            g.max_new_tokens = o->max_new;
+            g.sampling = {o->temperature, o->top_k, o->top_p};
+            g.seed = o->seed;
+            g.stop_tokens = {m.config().eos_token_id};
+            g.on_token = [&](int t) {
+                std::string bytes;
+                tok.append(bytes, t);
+                std::cout << bytes << std::flush;
+                return true;
+            };
+            auto cache = m.make_cache(static_cast<int>(needed));
+            std::cout << o->prompt;
+            generate(m, ctx, cache, prompt, g);
+            std::cout << '\n';
+        });
+    }
+    {
+        struct options {
+            std::string model, out;
+            std::vector<int> tokens;
+            int threads = 1;
+        };
+        auto o = std::make_shared<options>();
+        auto* cmd = app.add_subcommand("logits", "write the float32 logits of every position, row-major [T x V], little endian");
+        cmd->add_option("--model", o->model, "model directory")->required();
+        cmd->add_option("--tokens", o->tokens, "token ids, comma separated")->required()->delimiter(',');
+        cmd->add_option("--out", o->out, "output file")->required();
+        cmd->add_option("--threads", o->threads, "CPU threads");
+        cmd->callback([o] {
+            const auto ctx = threads_context(o->threads);
+            const auto m = load(o->model);
+            for (std::size_t i = 0; i < o->tokens.size(); ++i)
+                if (o->tokens[i] < 0 || o->tokens[i] >= m.vocab())
+                    detail::fail("--tokens: id ", o->tokens[i], " at position ", i, " is outside the vocabulary [0, ", m.vocab(), ")");
+            if (static_cast<int>(o->tokens.size()) > m.schedule().dims.context)
+                detail::fail("--tokens: ", o->tokens.size(), " tokens exceed the model's context of ", m.schedule().dims.context);
+            auto cache = m.make_cache(static_cast<int>(o->tokens.size()));
+            const sequence_input<float> in{&cache, o->tokens};
+            const auto logits = m.forward(ctx, std::span(&in, 1), logits_mode::all);
+            static_assert(std::endian::native == std::endian::little, "logits are written as the host's floats");
+            io::write_file_atomic(o->out, std::string_view(reinterpret_cast<const char*>(logits.data()), logits.size() * 4));
+            std::cout << "wrote " << o->out << " (" << o->tokens.size() << " x " << m.vocab() << " float32)\n";
+        });
+    }
+}
+
+}  // namespace vwt::cli
