@@ -4,8 +4,9 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake clang
+  build-essential cmake clang libomp-dev
   libeigen3-dev nlohmann-json3-dev libcli11-dev catch2 libbenchmark-dev
+  python3 python3-torch python3-numpy
 )
 
 missing=()

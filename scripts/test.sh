@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up, then builds and runs every test twice: with g++ and with clang++, both with
-# -Wall -Wextra -Wpedantic -Werror. The CTest suite includes the install + find_package consumer.
+# -Wall -Wextra -Wpedantic -Werror, then the I/O, model and CLI tests again under ASan + UBSan.
+# The CTest suite includes the PyTorch parity tests and the install + find_package consumer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -13,3 +14,12 @@ for compiler in g++ clang++; do
   cmake --build "$dir" -j"$jobs"
   (cd "$dir" && ctest --output-on-failure -j"$jobs")
 done
+
+# The file-reading code and the model under AddressSanitizer and UndefinedBehaviorSanitizer.
+echo "=== sanitizers (ASan + UBSan)"
+dir="build-test-sanitize"
+cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ -DVWT_BUILD_BENCH=OFF -DVWT_BUILD_EXAMPLES=ON \
+  -DVWT_WARNINGS_AS_ERRORS=ON -DVWT_NATIVE_ARCH=OFF \
+  -DCMAKE_CXX_FLAGS="-O1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" >/dev/null
+cmake --build "$dir" -j"$jobs" --target io_safetensors io_report model_parity infer_generation vwt_cli
+(cd "$dir" && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j"$jobs" -R "^(io_|model_parity|infer_|reference|cli: )")

@@ -164,3 +164,32 @@ TEST_CASE("the zero resize zeroes grown columns; move_up restores them") {
     const vwt::sequence_input<float> i1{&c1, t}, i2{&c2, t};
     CHECK(up.forward({1}, std::span(&i1, 1)) != zero.forward({1}, std::span(&i2, 1)));
 }
+
+TEST_CASE("the interleaved c_fc layout computes the same model as the split one") {
+    auto c = vwt::model_config::mup(vwt::make_schedule(vwt::presets::tiny_l6));
+    const vwt::parameter_layout layout(c);
+    std::vector<float> split;
+    vwt::initialize_parameters(c, layout, 11, split);
+    auto inter = split;
+    for (int i = 0; i < c.schedule.layers(); ++i) {
+        const auto& t = layout.at("transformer.h." + std::to_string(i) + ".mlp_block.c_fc.weight");
+        const std::int64_t w = t.shape[1], half = t.shape[0] / 2;
+        for (std::int64_t j = 0; j < half; ++j)
+            for (std::int64_t k = 0; k < w; ++k) {
+                inter[static_cast<std::size_t>(t.offset + (2 * j) * w + k)] = split[static_cast<std::size_t>(t.offset + j * w + k)];
+                inter[static_cast<std::size_t>(t.offset + (2 * j + 1) * w + k)] =
+                    split[static_cast<std::size_t>(t.offset + (half + j) * w + k)];
+            }
+    }
+    const vwt::model<backend> a(c, split);
+    auto ci = c;
+    ci.mlp = vwt::mlp_layout::interleaved;
+    const vwt::model<backend> b(ci, inter);
+    const vwt::model<backend> wrong(ci, split);
+    const std::vector<int> t{9, 8, 7, 6};
+    auto c1 = a.make_cache(8), c2 = b.make_cache(8), c3 = wrong.make_cache(8);
+    const vwt::sequence_input<float> i1{&c1, t}, i2{&c2, t}, i3{&c3, t};
+    const auto la = a.forward({1}, std::span(&i1, 1)), lb = b.forward({1}, std::span(&i2, 1));
+    CHECK(la == lb);
+    CHECK(wrong.forward({1}, std::span(&i3, 1)) != la);
+}

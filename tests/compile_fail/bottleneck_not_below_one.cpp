@@ -1,5 +1,5 @@
 // An x shape needs a bottleneck ratio below 1.
-#include <vwt/vwt.hpp>
+#include <vwt/schedule/presets.hpp>
 constexpr vwt::schedule_spec spec() {
     auto s = vwt::presets::dense_200m;
 #ifdef VWT_EXPECT_OK

@@ -1,5 +1,5 @@
 // A fixed-size schedule must have as many widths as the spec has layers.
-#include <vwt/vwt.hpp>
+#include <vwt/schedule/presets.hpp>
 #ifdef VWT_EXPECT_OK
 constexpr auto s = vwt::make_schedule<16>(vwt::presets::dense_200m);
 #else

@@ -1,5 +1,5 @@
 // A one-layer x shape cannot narrow toward a turning layer: no factor reaches the bottleneck.
-#include <vwt/vwt.hpp>
+#include <vwt/schedule/presets.hpp>
 constexpr vwt::schedule_spec spec() {
     auto s = vwt::presets::tiny_l8;
     s.turn = 1;

@@ -1,5 +1,5 @@
 // The turning layer must lie in 1..L.
-#include <vwt/vwt.hpp>
+#include <vwt/schedule/presets.hpp>
 constexpr vwt::schedule_spec spec() {
     auto s = vwt::presets::tiny_l8;
 #ifdef VWT_EXPECT_OK

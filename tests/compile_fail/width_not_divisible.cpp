@@ -1,5 +1,5 @@
 // A width that the heads do not divide cannot form a schedule.
-#include <vwt/vwt.hpp>
+#include <vwt/schedule/presets.hpp>
 #ifdef VWT_EXPECT_OK
 constexpr vwt::schedule<2> s({2, 64, 4, 4, 256, 128, {}}, {64, 72});
 #else

@@ -97,10 +97,8 @@ public:
         // attention
         Backend::rmsnorm(ctx, layer, w_.ln_1, normed, static_cast<T>(hp_.norm_eps));
         Backend::matmul_nt(ctx, normed, matrix_view<const T>{w_.c_attn, qkv_cols, w, w}, qkv);
-        for (int g = 0; g < Hkv; ++g) {
-            const index_t base = g * (G + 2) * d;
-            Backend::rope(ctx, qkv, base, G + 1, static_cast<int>(d), positions.data(), hp_.rope_theta);
-        }
+        // Each kv group holds G queries then its key, contiguous: rotate those G + 1 heads.
+        Backend::rope(ctx, qkv, Hkv, G + 1, (G + 2) * d, static_cast<int>(d), positions.data(), hp_.rope_theta);
         for (const auto& seq : seqs) {
             auto keys = seq.cache->keys(hp_.layer);
             auto values = seq.cache->values(hp_.layer);
@@ -130,7 +128,7 @@ public:
         const matrix_view<T> act{s.act.data(), rows, inter, inter};
         Backend::rmsnorm(ctx, layer, w_.ln_2, normed, static_cast<T>(hp_.norm_eps));
         Backend::matmul_nt(ctx, normed, matrix_view<const T>{w_.c_fc, 2 * inter, w, w}, fused);
-        Backend::swiglu(ctx, fused, act, inter);
+        Backend::swiglu(ctx, fused, act, inter, hp_.mlp == mlp_layout::interleaved);
         Backend::matmul_nt(ctx, act, matrix_view<const T>{w_.mlp_proj, w, inter, inter}, layer, res, T(1));
     }
 

@@ -88,24 +88,28 @@ VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads >
         }
     }
 
-    // Rotate-half RoPE in place on `heads` consecutive head vectors of size d starting at column
-    // `first` of each row, at the row's position; pairs (j, j + d/2), inv_freq_j = theta^(-2j/d).
-    static void rope(const context& ctx, matrix_view<T> x, index_t first, int heads, int d, const int* positions,
-                     double theta) {
+    // Rotate-half RoPE in place, pairs (j, j + d/2), inv_freq_j = theta^(-2j/d), at each row's
+    // position. The rotated heads come in `groups` groups of `heads_per_group` consecutive head
+    // vectors of size d, group g starting at column g * group_stride (the fused qkv layout: each kv
+    // group's queries and key). One cos/sin per row and frequency serves every head.
+    static void rope(const context& ctx, matrix_view<T> x, int groups, int heads_per_group, index_t group_stride, int d,
+                     const int* positions, double theta) {
         const int half = d / 2;
         std::vector<double> inv_freq(static_cast<std::size_t>(half));
         for (int j = 0; j < half; ++j) inv_freq[static_cast<std::size_t>(j)] = std::pow(theta, -2.0 * j / d);
-VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads > 1 && x.rows > 1))
+        VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads > 1 && x.rows > 1))
         for (index_t r = 0; r < x.rows; ++r) {
-            T* row = x.row(r) + first;
+            T* row = x.row(r);
             for (int j = 0; j < half; ++j) {
                 const double angle = positions[r] * inv_freq[static_cast<std::size_t>(j)];
                 const T c = static_cast<T>(std::cos(angle)), s = static_cast<T>(std::sin(angle));
-                for (int h = 0; h < heads; ++h) {
-                    T* v = row + static_cast<index_t>(h) * d;
-                    const T a = v[j], b = v[j + half];
-                    v[j] = a * c - b * s;
-                    v[j + half] = b * c + a * s;
+                for (int g = 0; g < groups; ++g) {
+                    for (int h = 0; h < heads_per_group; ++h) {
+                        T* v = row + g * group_stride + static_cast<index_t>(h) * d;
+                        const T a = v[j], b = v[j + half];
+                        v[j] = a * c - b * s;
+                        v[j + half] = b * c + a * s;
+                    }
                 }
             }
         }
@@ -119,7 +123,7 @@ VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads >
                           T scale) {
         const index_t T_q = q.rows, n_ctx = keys.rows, past = n_ctx - T_q;
         const int group = heads / kv_heads;
-        constexpr index_t block = 128;  // query rows per score tile, bounds scratch memory
+        constexpr index_t block = 64;  // query rows per score tile: bounds scratch memory and masked work
 VWT_OMP(parallel for num_threads(ctx.threads) schedule(dynamic) if (ctx.threads > 1))
         for (int h = 0; h < heads; ++h) {
             const int g = h / group;
@@ -146,14 +150,19 @@ VWT_OMP(parallel for num_threads(ctx.threads) schedule(dynamic) if (ctx.threads 
         }
     }
 
-    // out[:, j] = u[:, j] * silu(g[:, j]) with u the first `inter` columns of `fused`, g the next.
-    static void swiglu(const context& ctx, matrix_view<const T> fused, matrix_view<T> out, index_t inter) {
-VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads > 1 && fused.rows > 1))
+    // out[:, j] = u[:, j] * silu(g[:, j]). split: u is the first `inter` columns of `fused`, g the
+    // next `inter`; interleaved: u_j and g_j are columns 2j and 2j + 1.
+    static void swiglu(const context& ctx, matrix_view<const T> fused, matrix_view<T> out, index_t inter,
+                       bool interleaved = false) {
+        const index_t u_step = interleaved ? 2 : 1, g_offset = interleaved ? 1 : inter;
+        VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads > 1 && fused.rows > 1))
         for (index_t r = 0; r < fused.rows; ++r) {
-            const T* u = fused.row(r);
-            const T* g = u + inter;
+            const T* f = fused.row(r);
             T* o = out.row(r);
-            for (index_t j = 0; j < inter; ++j) o[j] = u[j] * (g[j] / (T(1) + std::exp(-g[j])));
+            for (index_t j = 0; j < inter; ++j) {
+                const T u = f[j * u_step], g = f[j * u_step + g_offset];
+                o[j] = u * (g / (T(1) + std::exp(-g)));
+            }
         }
     }
 
