@@ -1,12 +1,14 @@
 // Prefill and decode of the dense_200m-shaped ><former and its uniform twin on the CPU backend,
 // beside a plain Eigen sgemm of the same shapes and a memory-copy bandwidth figure, measured in
-// one run; a summary prints the ratios the targets are stated in.
+// one run; paired_* benchmarks alternate each figure with its baseline, and a summary prints the
+// ratios the targets are stated in.
 //
 // The vocabulary is reduced to 4096 (from 100263) to keep the two models at ~0.9 GB together;
 // the layers are the paper's. Run: build/bench/bench_inference [--benchmark_min_time=...]
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -51,16 +53,44 @@ double prefill_flops(const vwt::dynamic_schedule& s, int T) {
     return flops + 2.0 * s.dims.hidden * s.dims.vocab;  // logits of the last token only
 }
 
-void prefill(benchmark::State& state, bool uniform) {
-    const auto& m = bench_model(uniform);
-    std::vector<int> tokens(prefill_tokens);
-    for (int i = 0; i < prefill_tokens; ++i) tokens[static_cast<std::size_t>(i)] = (i * 31) % bench_vocab;
-    auto cache = m.make_cache(prefill_tokens);
-    for (auto _ : state) {
+// One prefill of prefill_tokens tokens into a fresh cache.
+struct prefill_runner {
+    const vwt::model<backend>& m;
+    std::vector<int> tokens;
+    vwt::kv_cache<float> cache;
+    explicit prefill_runner(const vwt::model<backend>& model)
+        : m(model), tokens(prefill_tokens), cache(model.make_cache(prefill_tokens)) {
+        for (int i = 0; i < prefill_tokens; ++i) tokens[static_cast<std::size_t>(i)] = (i * 31) % bench_vocab;
+    }
+    void operator()() {
         cache.clear();
         const vwt::sequence_input<float> in{&cache, tokens};
         benchmark::DoNotOptimize(m.forward({threads}, std::span(&in, 1)));
     }
+};
+
+// One decode step at context decode_context.
+struct decode_runner {
+    const vwt::model<backend>& m;
+    vwt::kv_cache<float> cache;
+    int next = 7;
+    explicit decode_runner(const vwt::model<backend>& model) : m(model), cache(model.make_cache(decode_context + 1)) {
+        std::vector<int> prompt(decode_context);
+        for (int i = 0; i < decode_context; ++i) prompt[static_cast<std::size_t>(i)] = (i * 17) % bench_vocab;
+        const vwt::sequence_input<float> pre{&cache, prompt};
+        m.forward({threads}, std::span(&pre, 1));
+    }
+    void operator()() {
+        cache.truncate(decode_context);
+        const vwt::sequence_input<float> in{&cache, std::span(&next, 1)};
+        benchmark::DoNotOptimize(m.forward({threads}, std::span(&in, 1)));
+    }
+};
+
+void prefill(benchmark::State& state, bool uniform) {
+    const auto& m = bench_model(uniform);
+    prefill_runner run(m);
+    for (auto _ : state) run();
     const double flops = prefill_flops(m.schedule(), prefill_tokens);
     state.counters["tokens/s"] = benchmark::Counter(prefill_tokens, benchmark::Counter::kIsIterationInvariantRate);
     state.counters["GFLOP/s"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
@@ -68,17 +98,8 @@ void prefill(benchmark::State& state, bool uniform) {
 
 void decode(benchmark::State& state, bool uniform) {
     const auto& m = bench_model(uniform);
-    std::vector<int> prompt(decode_context);
-    for (int i = 0; i < decode_context; ++i) prompt[static_cast<std::size_t>(i)] = (i * 17) % bench_vocab;
-    auto cache = m.make_cache(decode_context + 1);
-    const vwt::sequence_input<float> pre{&cache, prompt};
-    m.forward({threads}, std::span(&pre, 1));
-    const int next = 7;
-    for (auto _ : state) {
-        cache.truncate(decode_context);
-        const vwt::sequence_input<float> in{&cache, std::span(&next, 1)};
-        benchmark::DoNotOptimize(m.forward({threads}, std::span(&in, 1)));
-    }
+    decode_runner run(m);
+    for (auto _ : state) run();
     state.counters["tokens/s"] = benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate);
     state.counters["weight_MB"] = static_cast<double>(m.parameters().size() * 4) / 1e6;
 }
@@ -107,17 +128,17 @@ double sgemm_flops(const vwt::dynamic_schedule& s) {
     return flops;
 }
 
-void sgemm_same_shapes(benchmark::State& state, bool uniform) {
-    const auto s = bench_schedule(uniform);
-    const auto shapes = sgemm_shapes(s);
+struct sgemm_runner {
+    std::vector<gemm_shape> shapes;
     std::vector<std::vector<float>> a, b, c;
-    const double flops = sgemm_flops(s);
-    for (const auto& sh : shapes) {
-        a.emplace_back(static_cast<std::size_t>(sh.m) * sh.k, 0.5f);
-        b.emplace_back(static_cast<std::size_t>(sh.n) * sh.k, 0.25f);
-        c.emplace_back(static_cast<std::size_t>(sh.m) * sh.n);
+    explicit sgemm_runner(const vwt::dynamic_schedule& s) : shapes(sgemm_shapes(s)) {
+        for (const auto& sh : shapes) {
+            a.emplace_back(static_cast<std::size_t>(sh.m) * sh.k, 0.5f);
+            b.emplace_back(static_cast<std::size_t>(sh.n) * sh.k, 0.25f);
+            c.emplace_back(static_cast<std::size_t>(sh.m) * sh.n);
+        }
     }
-    for (auto _ : state) {
+    void operator()() {
         for (std::size_t i = 0; i < shapes.size(); ++i) {
             const auto& sh = shapes[i];
             backend::matmul_nt({threads}, vwt::matrix_view<const float>{a[i].data(), sh.m, sh.k, sh.k},
@@ -126,21 +147,84 @@ void sgemm_same_shapes(benchmark::State& state, bool uniform) {
         }
         benchmark::ClobberMemory();
     }
+};
+
+void sgemm_same_shapes(benchmark::State& state, bool uniform) {
+    const auto s = bench_schedule(uniform);
+    const double flops = sgemm_flops(s);
+    sgemm_runner run(s);
+    for (auto _ : state) run();
     state.counters["GFLOP/s"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 // Copy bandwidth (bytes read + bytes written per second) over 512 MB, two threads.
-void memory_copy(benchmark::State& state) {
-    const std::size_t n = 256u << 20;
-    std::vector<char> from(n, 1), to(n, 0);
-    for (auto _ : state) {
+struct copy_runner {
+    static constexpr std::size_t n = 256u << 20;
+    std::vector<char> from = std::vector<char>(n, 1), to = std::vector<char>(n, 0);
+    void operator()() {
         VWT_OMP(parallel for num_threads(threads))
         for (int t = 0; t < threads; ++t)
             std::memcpy(to.data() + n / threads * t, from.data() + n / threads * t, n / threads);
         benchmark::ClobberMemory();
     }
+};
+
+void memory_copy(benchmark::State& state) {
+    const std::size_t n = copy_runner::n;
+    copy_runner run;
+    for (auto _ : state) run();
     state.counters["GB/s"] = benchmark::Counter(2.0 * n / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
+
+// The ratios the targets are stated in, with each measurement and its baseline run alternately in
+// the same iteration (this machine drifts by +-20% between runs); the fastest of each is kept.
+double seconds_of(auto&& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void paired_prefill(benchmark::State& state) {
+    prefill_runner px(bench_model(false)), pu(bench_model(true));
+    sgemm_runner gx(bench_schedule(false)), gu(bench_schedule(true));
+    double tpx = 1e9, tpu = 1e9, tgx = 1e9, tgu = 1e9, total = 0;
+    for (auto _ : state) {
+        const double a = seconds_of(px), b = seconds_of(pu), c = seconds_of(gx), d = seconds_of(gu);
+        tpx = std::min(tpx, a), tpu = std::min(tpu, b), tgx = std::min(tgx, c), tgu = std::min(tgu, d);
+        total += a + b + c + d;
+        state.SetIterationTime(a + b + c + d);
+    }
+    const auto sx = bench_schedule(false), su = bench_schedule(true);
+    state.counters["x_GFLOPs"] = prefill_flops(sx, prefill_tokens) / tpx / 1e9;
+    state.counters["u_GFLOPs"] = prefill_flops(su, prefill_tokens) / tpu / 1e9;
+    state.counters["x_sgemm_GFLOPs"] = sgemm_flops(sx) / tgx / 1e9;
+    state.counters["u_sgemm_GFLOPs"] = sgemm_flops(su) / tgu / 1e9;
+    state.counters["x_tokens_per_s"] = prefill_tokens / tpx;
+    state.counters["u_tokens_per_s"] = prefill_tokens / tpu;
+    state.counters["time_ratio"] = tpx / tpu;
+    state.counters["flop_ratio"] = prefill_flops(sx, prefill_tokens) / prefill_flops(su, prefill_tokens);
+    (void)total;
+}
+BENCHMARK(paired_prefill)->Iterations(8)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+void paired_decode(benchmark::State& state) {
+    decode_runner dx(bench_model(false)), du(bench_model(true));
+    copy_runner copy;
+    double tdx = 1e9, tdu = 1e9, tc = 1e9;
+    for (auto _ : state) {
+        const double a = seconds_of(dx), b = seconds_of(du), c = seconds_of(copy);
+        tdx = std::min(tdx, a), tdu = std::min(tdu, b), tc = std::min(tc, c);
+        state.SetIterationTime(a + b + c);
+    }
+    const double bw = 2.0 * copy_runner::n / tc;
+    const auto bytes = [](bool u) { return static_cast<double>(bench_model(u).parameters().size() * 4); };
+    state.counters["copy_GBs"] = bw / 1e9;
+    state.counters["x_tokens_per_s"] = 1 / tdx;
+    state.counters["u_tokens_per_s"] = 1 / tdu;
+    state.counters["x_bound_tokens_per_s"] = bw / bytes(false);
+    state.counters["u_bound_tokens_per_s"] = bw / bytes(true);
+}
+BENCHMARK(paired_decode)->Iterations(60)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 // Five repetitions each; the summary uses the fastest (this machine's timings vary by +-20% run to
 // run, and the best of five is the most repeatable figure).
@@ -173,33 +257,26 @@ int main(int argc, char** argv) {
     benchmark::Initialize(&argc, argv);
     capturing_reporter reporter;
     benchmark::RunSpecifiedBenchmarks(&reporter);
-    // Aggregate names look like "prefill/xformer/min_time:0.500/repeats:5/real_time_min".
-    const auto seconds = [&](const std::string& name) {
+    const auto counter = [&](const std::string& bench, const char* name) {
         for (const auto& [key, run] : reporter.runs)
-            if (key.rfind(name + "/", 0) == 0 && key.size() > 4 && key.compare(key.size() - 4, 4, "_min") == 0)
-                return run.GetAdjustedRealTime() / 1e3;  // reported in ms
+            if (key.rfind(bench, 0) == 0 && run.counters.count(name)) return static_cast<double>(run.counters.at(name));
         return 0.0;
     };
-    if (seconds("memory_copy") == 0) return 0;  // a filtered run: no summary
-    const double bw = 2.0 * (256u << 20) / seconds("memory_copy");
-    std::printf("\nsummary, best of 5 (threads %d, prefill %d tokens, decode at context %d, vocab %d)\n", threads,
-                prefill_tokens, decode_context, bench_vocab);
-    for (const char* which : {"xformer", "uniform"}) {
+    if (counter("paired_prefill", "time_ratio") == 0 || counter("paired_decode", "copy_GBs") == 0) return 0;
+    std::printf("\nsummary, paired in one run (threads %d, prefill %d tokens, decode at context %d, vocab %d)\n",
+                threads, prefill_tokens, decode_context, bench_vocab);
+    for (const char* which : {"x", "u"}) {
         const std::string w = which;
-        const auto s = bench_schedule(w == "uniform");
-        const double p = prefill_flops(s, prefill_tokens) / seconds("prefill/" + w) / 1e9;
-        const double g = sgemm_flops(s) / seconds("sgemm_same_shapes/" + w) / 1e9;
-        const double d = 1.0 / seconds("decode/" + w);
-        const double bytes = static_cast<double>(vwt::parameter_layout(vwt::model_config::mup(s)).size()) * 4;
-        std::printf("%-8s prefill %.0f tok/s, %.1f GFLOP/s = %.0f%% of sgemm (%.1f GFLOP/s); decode %.1f tok/s = %.0f%% "
-                    "of the bandwidth bound %.1f tok/s (%.1f GB/s copy over %.0f MB of weights)\n",
-                    which, prefill_tokens / seconds("prefill/" + w), p, 100 * p / g, g, d, 100 * d / (bw / bytes),
-                    bw / bytes, bw / 1e9, bytes / 1e6);
+        const double p = counter("paired_prefill", (w + "_GFLOPs").c_str());
+        const double g = counter("paired_prefill", (w + "_sgemm_GFLOPs").c_str());
+        const double d = counter("paired_decode", (w + "_tokens_per_s").c_str());
+        const double bound = counter("paired_decode", (w + "_bound_tokens_per_s").c_str());
+        std::printf("%-8s prefill %.0f tok/s, %.1f GFLOP/s = %.0f%% of sgemm of the same shapes (%.1f GFLOP/s); "
+                    "decode %.1f tok/s = %.0f%% of the bandwidth bound %.1f tok/s (copy %.1f GB/s)\n",
+                    w == "x" ? "><former" : "uniform", counter("paired_prefill", (w + "_tokens_per_s").c_str()), p,
+                    100 * p / g, g, d, 100 * d / bound, bound, counter("paired_decode", "copy_GBs"));
     }
-    const double time_ratio = seconds("prefill/xformer") / seconds("prefill/uniform");
-    const double flop_ratio =
-        prefill_flops(bench_schedule(false), prefill_tokens) / prefill_flops(bench_schedule(true), prefill_tokens);
-    std::printf("prefill time ratio ><former/uniform %.3f vs FLOP ratio %.3f (%+.1f%%)\n", time_ratio, flop_ratio,
-                100 * (time_ratio / flop_ratio - 1));
+    const double tr = counter("paired_prefill", "time_ratio"), fr = counter("paired_prefill", "flop_ratio");
+    std::printf("prefill time ratio ><former/uniform %.3f vs FLOP ratio %.3f (%+.1f%%)\n", tr, fr, 100 * (tr / fr - 1));
     return 0;
 }
