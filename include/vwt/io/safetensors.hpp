@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -67,13 +68,10 @@ inline float f16_to_f32(std::uint16_t h) {
         }
     } else if (exp == 31) bits = sign | 0x7f800000u | mant << 13;
     else bits = sign | (exp + 127 - 15) << 23 | mant << 13;
-    float f;
-    std::memcpy(&f, &bits, 4);
-    return f;
+    return std::bit_cast<float>(bits);
 }
 inline std::uint16_t f32_to_f16(float f) {
-    std::uint32_t x;
-    std::memcpy(&x, &f, 4);
+    const auto x = std::bit_cast<std::uint32_t>(f);
     const std::uint16_t sign = static_cast<std::uint16_t>((x >> 16) & 0x8000);
     const std::uint32_t abs = x & 0x7fffffffu;
     if (abs >= 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7c00 | (abs > 0x7f800000u ? 0x200 : 0));
@@ -92,15 +90,9 @@ inline std::uint16_t f32_to_f16(float f) {
     if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) ++half;
     return static_cast<std::uint16_t>(sign | half);
 }
-inline float bf16_to_f32(std::uint16_t b) {
-    const std::uint32_t bits = static_cast<std::uint32_t>(b) << 16;
-    float f;
-    std::memcpy(&f, &bits, 4);
-    return f;
-}
+inline float bf16_to_f32(std::uint16_t b) { return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16); }
 inline std::uint16_t f32_to_bf16(float f) {
-    std::uint32_t x;
-    std::memcpy(&x, &f, 4);
+    const auto x = std::bit_cast<std::uint32_t>(f);
     if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((x >> 16) | 0x40);  // quiet NaN
     const std::uint32_t rounding = 0x7fff + ((x >> 16) & 1);
     return static_cast<std::uint16_t>((x + rounding) >> 16);
