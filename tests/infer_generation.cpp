@@ -190,6 +190,15 @@ TEST_CASE("the interleaved c_fc layout computes the same model as the split one"
     auto c1 = a.make_cache(8), c2 = b.make_cache(8), c3 = wrong.make_cache(8);
     const vwt::sequence_input<float> i1{&c1, t}, i2{&c2, t}, i3{&c3, t};
     const auto la = a.forward({1}, std::span(&i1, 1)), lb = b.forward({1}, std::span(&i2, 1));
-    CHECK(la == lb);
-    CHECK(wrong.forward({1}, std::span(&i3, 1)) != la);
+    // Equal up to rounding (the split halves take Eigen's vectorised exp, the strided ones not).
+    double err = 0, scale = 0;
+    for (std::size_t i = 0; i < la.size(); ++i) {
+        err = std::max(err, static_cast<double>(std::abs(la[i] - lb[i])));
+        scale = std::max(scale, static_cast<double>(std::abs(la[i])));
+    }
+    CHECK(err / scale < 1e-5);
+    const auto lw = wrong.forward({1}, std::span(&i3, 1));
+    double wrong_err = 0;
+    for (std::size_t i = 0; i < la.size(); ++i) wrong_err = std::max(wrong_err, static_cast<double>(std::abs(la[i] - lw[i])));
+    CHECK(wrong_err / scale > 1e-3);  // the wrong layout is 100x further off
 }

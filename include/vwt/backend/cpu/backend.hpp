@@ -79,12 +79,9 @@ VWT_OMP(parallel for num_threads(threads) schedule(static) if (threads > 1))
     static void rmsnorm(const context& ctx, matrix_view<const T> x, const T* gain, matrix_view<T> y, T eps) {
 VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads > 1 && x.rows > 1))
         for (index_t r = 0; r < x.rows; ++r) {
-            const T* in = x.row(r);
-            T* out = y.row(r);
-            T sum = 0;
-            for (index_t c = 0; c < x.cols; ++c) sum += in[c] * in[c];
-            const T inv = T(1) / std::sqrt(sum / static_cast<T>(x.cols) + eps);
-            for (index_t c = 0; c < x.cols; ++c) out[c] = in[c] * inv * gain[c];
+            const Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> in(x.row(r), x.cols), g(gain, x.cols);
+            const T inv = T(1) / std::sqrt(in.square().sum() / static_cast<T>(x.cols) + eps);
+            Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>(y.row(r), x.cols) = in * inv * g;
         }
     }
 
@@ -154,14 +151,17 @@ VWT_OMP(parallel for num_threads(ctx.threads) schedule(dynamic) if (ctx.threads 
     // next `inter`; interleaved: u_j and g_j are columns 2j and 2j + 1.
     static void swiglu(const context& ctx, matrix_view<const T> fused, matrix_view<T> out, index_t inter,
                        bool interleaved = false) {
-        const index_t u_step = interleaved ? 2 : 1, g_offset = interleaved ? 1 : inter;
+        using array = Eigen::Array<T, Eigen::Dynamic, 1>;
+        using strided = Eigen::Map<const array, Eigen::Unaligned, Eigen::InnerStride<2>>;
         VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads > 1 && fused.rows > 1))
         for (index_t r = 0; r < fused.rows; ++r) {
-            const T* f = fused.row(r);
-            T* o = out.row(r);
-            for (index_t j = 0; j < inter; ++j) {
-                const T u = f[j * u_step], g = f[j * u_step + g_offset];
-                o[j] = u * (g / (T(1) + std::exp(-g)));
+            Eigen::Map<array> o(out.row(r), inter);
+            if (interleaved) {
+                const strided u(fused.row(r), inter), g(fused.row(r) + 1, inter);
+                o = u * g / (T(1) + (-g).exp());
+            } else {  // contiguous halves: Eigen's vectorised exp
+                const Eigen::Map<const array> u(fused.row(r), inter), g(fused.row(r) + inter, inter);
+                o = u * g / (T(1) + (-g).exp());
             }
         }
     }
