@@ -1,0 +1,189 @@
+// The training loop: batches of windows, gradient accumulation, clipping, AdamW, validation, and
+// resumable checkpoints (model, optimizer moments, step, data position) that survive a crash.
+#pragma once
+
+// A checkpoint is a directory step-NNNNNNNN/ under the output directory, written completely
+// (every file atomically) before the file LATEST is atomically replaced to name it; a process
+// killed at any moment leaves LATEST naming the previous complete checkpoint.
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "../io/checkpoint.hpp"
+#include "backward.hpp"
+#include "data.hpp"
+#include "optimizer.hpp"
+#include "../backend/cpu/backend.hpp"  // VWT_OMP
+
+namespace vwt::train {
+
+struct train_options {
+    std::int64_t steps = 100;
+    int batch = 8;          // sequences per micro-batch
+    int accumulate = 1;     // micro-batches per optimizer step
+    double clip = 1.0;      // global gradient norm; 0 disables
+    lr_schedule lr{lr_decay::cosine, 3e-3, 10, 100, 3e-4};
+    adamw_options adam{};
+    int threads = 1;
+    std::int64_t eval_every = 0;        // 0: only at the end
+    std::int64_t checkpoint_every = 0;  // 0: only at the end
+    std::filesystem::path out;          // empty: no checkpoints
+};
+
+struct step_report {
+    std::int64_t step = 0;
+    double loss = 0, lr = 0, grad_norm = 0, tokens_per_second = 0;
+    double validation_loss = -1;  // < 0: not evaluated at this step
+};
+
+// Mean validation loss over every validation window (or over the first `limit`).
+template <class T>
+double validation_loss(const model_config& c, const parameter_layout& layout, std::span<const T> params,
+                       const window_loader& data, std::size_t limit = 0) {
+    const std::size_t n = limit ? std::min(limit, data.validation_windows()) : data.validation_windows();
+    if (n == 0) return std::nan("");
+    std::vector<T> scratch(params.size());
+    double sum = 0;
+    std::vector<int> x, y;
+    for (std::size_t i = 0; i < n; ++i) {
+        data.validation_window(i, x, y);
+        sum += static_cast<double>(loss_and_gradient<T>(c, layout, params, x, y, scratch));
+    }
+    return sum / static_cast<double>(n);
+}
+
+inline std::string checkpoint_name(std::int64_t step) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "step-%08lld", static_cast<long long>(step));
+    return buf;
+}
+
+template <class T>
+class trainer {
+public:
+    trainer(model_config c, std::vector<T> params, window_loader data, train_options o)
+        : c_(std::move(c)), layout_(c_), params_(std::move(params)), data_(std::move(data)), o_(std::move(o)),
+          opt_(c_, layout_, o_.adam) {
+        if (static_cast<std::int64_t>(params_.size()) != layout_.size()) vwt::detail::fail("trainer: parameter buffer of the wrong size");
+        if (o_.batch < 1 || o_.accumulate < 1 || o_.threads < 1) vwt::detail::fail("trainer: batch, accumulate and threads must be >= 1");
+    }
+
+    std::int64_t step() const { return step_; }
+    std::span<const T> parameters() const { return params_; }
+    const model_config& config() const { return c_; }
+
+    // Runs until o.steps; calls `report` after every step. Stops with a vwt::error on a
+    // non-finite loss, leaving the last checkpoint as it was.
+    void run(const std::function<void(const step_report&)>& report = {}) {
+        std::vector<T> grad(params_.size());
+        const int slots = o_.threads;
+        std::vector<std::vector<T>> partial(static_cast<std::size_t>(slots), std::vector<T>(params_.size()));
+        while (step_ < o_.steps) {
+            const auto t0 = std::chrono::steady_clock::now();
+            std::fill(grad.begin(), grad.end(), T(0));
+            const int sequences = o_.batch * o_.accumulate;
+            std::vector<std::vector<int>> xs(static_cast<std::size_t>(sequences)), ys(static_cast<std::size_t>(sequences));
+            for (int s = 0; s < sequences; ++s) data_.next(xs[static_cast<std::size_t>(s)], ys[static_cast<std::size_t>(s)]);
+            std::vector<double> losses(static_cast<std::size_t>(sequences));
+            for (auto& p : partial) std::fill(p.begin(), p.end(), T(0));
+            // Each thread owns one partial gradient; they are summed in a fixed order, so the
+            // result does not depend on scheduling.
+            VWT_OMP(parallel for num_threads(slots) schedule(static) if (slots > 1))
+            for (int slot = 0; slot < slots; ++slot)
+                for (int s = slot; s < sequences; s += slots)
+                    losses[static_cast<std::size_t>(s)] = static_cast<double>(loss_and_gradient<T>(
+                        c_, layout_, params_, xs[static_cast<std::size_t>(s)], ys[static_cast<std::size_t>(s)],
+                        partial[static_cast<std::size_t>(slot)]));
+            for (const auto& p : partial)
+                for (std::size_t i = 0; i < grad.size(); ++i) grad[i] += p[i];
+            const T inv = static_cast<T>(1.0 / sequences);
+            for (T& g : grad) g *= inv;
+            double loss = 0;
+            for (double l : losses) loss += l / sequences;
+            if (!std::isfinite(loss))
+                vwt::detail::fail("training: loss became ", loss, " at step ", step_ + 1,
+                                  "; stopped, the last checkpoint is kept (lower the learning rate?)");
+            step_report r;
+            r.step = ++step_;
+            r.loss = loss;
+            r.grad_norm = clip_by_global_norm<T>(grad, o_.clip);
+            r.lr = o_.lr.at(step_);
+            opt_.step(params_, grad, r.lr);
+            const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            r.tokens_per_second = sequences * static_cast<double>(xs[0].size()) / seconds;
+            const bool last = step_ == o_.steps;
+            if ((o_.eval_every > 0 && step_ % o_.eval_every == 0) || last)
+                r.validation_loss = validation_loss<T>(c_, layout_, params_, data_);
+            if (!o_.out.empty() && ((o_.checkpoint_every > 0 && step_ % o_.checkpoint_every == 0) || last)) save_checkpoint();
+            if (report) report(r);
+        }
+    }
+
+    void save_checkpoint() const {
+        namespace fs = std::filesystem;
+        const fs::path dir = o_.out / checkpoint_name(step_);
+        fs::remove_all(dir);  // a partial directory left by an earlier crash at this step
+        std::vector<float> as_float(params_.begin(), params_.end());
+        io::save_model_dir(dir, c_, as_float, io::dtype::f32);
+        const std::vector<float> m(opt_.first_moment().begin(), opt_.first_moment().end());
+        const std::vector<float> v(opt_.second_moment().begin(), opt_.second_moment().end());
+        const io::tensor_to_write moments[] = {{"adamw.m", {static_cast<std::int64_t>(m.size())}, m},
+                                               {"adamw.v", {static_cast<std::int64_t>(v.size())}, v}};
+        io::write_safetensors(dir / "optimizer.safetensors", moments, io::dtype::f32);
+        nlohmann::ordered_json state = {{"step", step_}, {"optimizer_steps", opt_.steps()}, {"data_position", data_.position()}};
+        io::write_file_atomic(dir / "trainer_state.json", state.dump(2) + "\n");
+        io::write_file_atomic(o_.out / "LATEST", checkpoint_name(step_) + "\n");
+    }
+
+    // Restores parameters, optimizer and data position from out/LATEST.
+    void resume() {
+        namespace fs = std::filesystem;
+        const auto latest = o_.out / "LATEST";
+        if (!fs::exists(latest)) vwt::detail::fail("resume: no checkpoint in '", o_.out.string(), "' (no LATEST file)");
+        const auto bytes = io::read_file_bytes(latest);
+        std::string name(bytes.begin(), bytes.end());
+        while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+        const fs::path dir = o_.out / name;
+        auto loaded = io::load_model_dir(dir);
+        if (loaded.config.schedule != c_.schedule)
+            vwt::detail::fail("resume: checkpoint '", dir.string(), "' has another schedule than this run");
+        const auto state_bytes = io::read_file_bytes(dir / "trainer_state.json");
+        nlohmann::json state;
+        try {
+            state = nlohmann::json::parse(state_bytes.begin(), state_bytes.end());
+            step_ = state.at("step").get<std::int64_t>();
+            const auto moments_bytes = io::read_file_bytes(dir / "optimizer.safetensors");
+            const io::safetensors_view st(moments_bytes, (dir / "optimizer.safetensors").string());
+            const auto* m = st.find("adamw.m");
+            const auto* v = st.find("adamw.v");
+            if (!m || !v || m->numel() != layout_.size() || v->numel() != layout_.size())
+                vwt::detail::fail("resume: '", (dir / "optimizer.safetensors").string(), "' does not hold this model's optimizer state");
+            std::vector<T> mv(params_.size()), vv(params_.size());
+            st.read_as(*m, mv.data());
+            st.read_as(*v, vv.data());
+            opt_.restore(mv, vv, state.at("optimizer_steps").get<std::int64_t>());
+            data_.seek(state.at("data_position").get<std::uint64_t>());
+        } catch (const nlohmann::json::exception& e) {
+            vwt::detail::fail("resume: '", (dir / "trainer_state.json").string(), "' is corrupt: ", e.what());
+        }
+        params_.assign(loaded.params.begin(), loaded.params.end());
+    }
+
+private:
+    model_config c_;
+    parameter_layout layout_;
+    std::vector<T> params_;
+    window_loader data_;
+    train_options o_;
+    adamw<T> opt_;
+    std::int64_t step_ = 0;
+};
+
+}  // namespace vwt::train

@@ -1,0 +1,152 @@
+// The training loop: resuming from a checkpoint continues the loss curve exactly, a process
+// killed while writing checkpoints leaves a complete one, and bad states are clear errors.
+#include <catch2/catch.hpp>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <vwt/train/trainer.hpp>
+#include <vwt/vwt.hpp>
+
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+vwt::model_config config() {
+    return vwt::model_config::mup(vwt::dynamic_schedule({3, 32, 2, 2, 17, 64, {}}, {48, 16, 32}));
+}
+
+vwt::train::window_loader data() {
+    std::vector<int> t(3000);
+    for (std::size_t i = 0; i < t.size(); ++i) t[i] = static_cast<int>((i * 7 + i / 5) % 17);
+    return vwt::train::window_loader(t, 16, 0.1, 4, "pattern");
+}
+
+vwt::train::trainer<float> make(const fs::path& out, std::int64_t steps, std::int64_t every) {
+    auto c = config();
+    std::vector<float> p;
+    vwt::initialize_parameters(c, vwt::parameter_layout(c), 9, p);
+    vwt::train::train_options o;
+    o.steps = steps;
+    o.batch = 3;
+    o.accumulate = 2;
+    o.threads = 2;
+    o.lr = {vwt::train::lr_decay::cosine, 5e-3, 3, 12, 5e-4};
+    o.checkpoint_every = every;
+    o.out = out;
+    return vwt::train::trainer<float>(c, std::move(p), data(), o);
+}
+
+std::vector<double> losses_of(vwt::train::trainer<float>& t) {
+    std::vector<double> l;
+    t.run([&](const vwt::train::step_report& r) { l.push_back(r.loss); });
+    return l;
+}
+
+}  // namespace
+
+TEST_CASE("resuming gives the loss curve of an uninterrupted run") {
+    const auto base = fs::temp_directory_path() / "vwt_resume_test";
+    fs::remove_all(base);
+    auto whole = make(base / "whole", 12, 0);
+    const auto full = losses_of(whole);
+    REQUIRE(full.size() == 12);
+    CHECK(full.back() < full.front());
+
+    auto first = make(base / "split", 7, 7);
+    const auto head = losses_of(first);
+    auto second = make(base / "split", 12, 0);
+    second.resume();
+    CHECK(second.step() == 7);
+    const auto tail = losses_of(second);
+    REQUIRE(tail.size() == 5);
+    for (std::size_t i = 0; i < 7; ++i) CHECK(head[i] == full[i]);
+    for (std::size_t i = 0; i < 5; ++i) CHECK(tail[i] == full[7 + i]);  // bit-identical
+    CHECK(std::vector<float>(second.parameters().begin(), second.parameters().end()) ==
+          std::vector<float>(whole.parameters().begin(), whole.parameters().end()));
+    // A training checkpoint's model part is an ordinary model directory.
+    const auto m = vwt::io::load_model_dir(base / "split" / "step-00000012");
+    CHECK(m.config.schedule == config().schedule);
+    fs::remove_all(base);
+}
+
+TEST_CASE("a process killed while writing checkpoints leaves the previous one intact") {
+    const auto out = fs::temp_directory_path() / "vwt_kill_test";
+    fs::remove_all(out);
+    int resumed = 0;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+        const pid_t child = fork();
+        REQUIRE(child >= 0);
+        if (child == 0) {  // checkpoint after every step until killed
+            try {
+                auto t = make(out, 100000, 1);
+                t.run();
+            } catch (...) {
+            }
+            _exit(0);
+        }
+        usleep(static_cast<useconds_t>(150000 + 70000 * attempt));
+        kill(child, SIGKILL);
+        int status = 0;
+        waitpid(child, &status, 0);
+        CHECK(WIFSIGNALED(status));
+        if (!fs::exists(out / "LATEST")) continue;  // killed before the first checkpoint
+        auto t = make(out, 100000, 0);
+        REQUIRE_NOTHROW(t.resume());  // LATEST names a complete, loadable checkpoint
+        CHECK(t.step() >= 1);
+        ++resumed;
+    }
+    CHECK(resumed >= 2);  // the kills landed while checkpoints were being written
+    fs::remove_all(out);
+}
+
+TEST_CASE("non-finite loss, corrupt and mismatched checkpoints are clear errors") {
+    const auto out = fs::temp_directory_path() / "vwt_bad_train_test";
+    fs::remove_all(out);
+    {
+        auto t = make(out, 2, 2);
+        t.run();
+    }
+    const auto latest = vwt::io::read_file_bytes(out / "LATEST");
+    {
+        auto c = config();
+        std::vector<float> p;
+        vwt::initialize_parameters(c, vwt::parameter_layout(c), 9, p);
+        p[0] = std::numeric_limits<float>::quiet_NaN();
+        std::fill(p.begin(), p.end(), std::numeric_limits<float>::quiet_NaN());
+        vwt::train::train_options o;
+        o.steps = 3;
+        o.out = out;
+        o.checkpoint_every = 1;
+        vwt::train::trainer<float> bad(c, p, data(), o);
+        CHECK_THROWS_WITH(bad.run(), Contains("loss became nan at step 1") && Contains("last checkpoint is kept"));
+        CHECK(vwt::io::read_file_bytes(out / "LATEST") == latest);
+    }
+    {
+        auto other = config();
+        other.schedule = vwt::dynamic_schedule({3, 32, 2, 2, 17, 64, {}}, {32, 32, 32});
+        std::vector<float> p;
+        vwt::initialize_parameters(other, vwt::parameter_layout(other), 1, p);
+        vwt::train::train_options o;
+        o.out = out;
+        vwt::train::trainer<float> t(other, p, data(), o);
+        CHECK_THROWS_WITH(t.resume(), Contains("has another schedule than this run"));
+    }
+    {
+        const auto file = out / "step-00000002" / "optimizer.safetensors";
+        auto bytes = vwt::io::read_file_bytes(file);
+        bytes.resize(bytes.size() / 2);
+        std::ofstream(file, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+        auto t = make(out, 4, 0);
+        CHECK_THROWS_WITH(t.resume(), Contains("optimizer.safetensors"));
+    }
+    {
+        auto t = make(out / "nothing", 4, 0);
+        CHECK_THROWS_WITH(t.resume(), Contains("no checkpoint in"));
+    }
+    fs::remove_all(out);
+}
