@@ -1,0 +1,147 @@
+// `vwt train` (byte-level or token-file corpus, progress bar, JSON-lines log, resumable
+// checkpoints) and `vwt eval` (validation loss and perplexity of a model directory).
+#include <cmath>
+#include <fstream>
+#include <iostream>
+
+#include <vwt/train/trainer.hpp>
+#include <vwt/vwt.hpp>
+
+#include "commands.hpp"
+#include "schedule_flags.hpp"
+
+namespace vwt::cli {
+
+namespace {
+
+train::token_file parse_format(const std::string& name) {
+    if (name == "text") return train::token_file::text_bytes;
+    if (name == "u16") return train::token_file::u16;
+    if (name == "u32") return train::token_file::u32;
+    detail::fail("--format: unknown format '", name, "' (text, u16, u32)");
+}
+
+std::string eta(double seconds) {
+    char buf[32];
+    const long s = static_cast<long>(seconds);
+    std::snprintf(buf, sizeof buf, "%ld:%02ld", s / 60, s % 60);
+    return buf;
+}
+
+}  // namespace
+
+void add_train_commands(CLI::App& app) {
+    {
+        struct options {
+            schedule_flags schedule;
+            std::string data, out, format = "text", decay = "cosine";
+            std::int64_t steps = 200, warmup = -1;
+            int batch = 8, seq = 128, accumulate = 1, threads = 1;
+            double lr = 3e-3, clip = 1.0, validation = 0.1;
+            std::uint64_t seed = 0;
+            std::int64_t eval_every = 50, checkpoint_every = 100;
+            bool resume = false, standard = false;
+        };
+        auto o = std::make_shared<options>();
+        auto* cmd = app.add_subcommand("train", "train a model on a corpus (byte-level text or a token file)");
+        o->schedule.add_to(*cmd);
+        cmd->add_option("--data", o->data, "corpus file")->required();
+        cmd->add_option("--format", o->format, "text (UTF-8 bytes), u16 or u32 (little-endian token ids)");
+        cmd->add_option("--steps", o->steps, "optimizer steps");
+        cmd->add_option("--batch", o->batch, "sequences per micro-batch");
+        cmd->add_option("--accumulate", o->accumulate, "micro-batches per step (gradient accumulation)");
+        cmd->add_option("--seq", o->seq, "sequence length");
+        cmd->add_option("--lr", o->lr, "peak learning rate");
+        cmd->add_option("--decay", o->decay, "cosine, constant or power");
+        cmd->add_option("--warmup", o->warmup, "warmup steps (default 8% of --steps)");
+        cmd->add_option("--clip", o->clip, "gradient clipping by global norm (0: off)");
+        cmd->add_option("--validation", o->validation, "fraction of the corpus held out at its end");
+        cmd->add_option("--seed", o->seed, "initialisation and data-order seed");
+        cmd->add_option("--threads", o->threads, "CPU threads");
+        cmd->add_option("--eval-every", o->eval_every, "steps between validation losses");
+        cmd->add_option("--checkpoint-every", o->checkpoint_every, "steps between checkpoints");
+        cmd->add_option("--out", o->out, "output directory (checkpoints, log.jsonl)")->required();
+        cmd->add_flag("--resume", o->resume, "continue from the latest checkpoint in --out");
+        cmd->add_flag("--standard", o->standard, "standard parametrisation instead of muP");
+        cmd->callback([o] {
+            std::string name;
+            int base = 0;
+            auto s = o->schedule.build(name, base);
+            if (o->seq > s.dims.context)
+                detail::fail("--seq: ", o->seq, " is above the model's context of ", s.dims.context);
+            if (o->steps < 1) detail::fail("--steps: must be at least 1");
+            auto c = o->standard ? model_config::standard(std::move(s)) : model_config::mup(std::move(s));
+            c.bos_token_id = std::min(256, c.schedule.dims.vocab - 1);
+            c.eos_token_id = c.pad_token_id = std::min(257, c.schedule.dims.vocab - 1);
+            auto tokens = train::read_tokens(o->data, parse_format(o->format), c.schedule.dims.vocab);
+            train::window_loader data(std::move(tokens), o->seq, o->validation, o->seed, o->data);
+            std::vector<float> params;
+            initialize_parameters(c, parameter_layout(c), o->seed, params);
+            train::train_options t;
+            t.steps = o->steps;
+            t.batch = o->batch;
+            t.accumulate = o->accumulate;
+            t.clip = o->clip;
+            t.threads = o->threads;
+            t.eval_every = o->eval_every;
+            t.checkpoint_every = o->checkpoint_every;
+            t.out = o->out;
+            const auto warmup = o->warmup >= 0 ? o->warmup : std::max<std::int64_t>(1, o->steps * 8 / 100);
+            const auto decay = o->decay == "cosine" ? train::lr_decay::cosine
+                               : o->decay == "constant" ? train::lr_decay::constant
+                               : o->decay == "power" ? train::lr_decay::power
+                                                     : (detail::fail("--decay: unknown schedule '", o->decay, "'"), train::lr_decay::constant);
+            t.lr = {decay, o->lr, warmup, o->steps, o->lr / 10};
+            if (decay == train::lr_decay::power) t.lr.tokens_per_step = static_cast<double>(o->batch) * o->accumulate * o->seq;
+            std::filesystem::create_directories(o->out);
+            train::trainer<float> tr(c, std::move(params), std::move(data), t);
+            if (o->resume) tr.resume();
+            std::ofstream log(std::filesystem::path(o->out) / "log.jsonl", o->resume ? std::ios::app : std::ios::trunc);
+            const auto start = std::chrono::steady_clock::now();
+            const auto first = tr.step();
+            tr.run([&](const train::step_report& r) {
+                nlohmann::ordered_json j = {{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
+                                            {"tokens_per_s", r.tokens_per_second}};
+                if (r.validation_loss >= 0) j["val_loss"] = r.validation_loss;
+                log << j.dump() << '\n' << std::flush;
+                const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+                const double per_step = elapsed / static_cast<double>(r.step - first);
+                const int width = 24, done = static_cast<int>(width * r.step / o->steps);
+                std::cerr << "\r[" << std::string(static_cast<std::size_t>(done), '#') << std::string(static_cast<std::size_t>(width - done), '.')
+                          << "] step " << r.step << "/" << o->steps << " loss " << r.loss << " " << static_cast<long>(r.tokens_per_second)
+                          << " tok/s ETA " << eta(per_step * static_cast<double>(o->steps - r.step)) << "   " << std::flush;
+                if (r.validation_loss >= 0)
+                    std::cerr << "\nstep " << r.step << ": validation loss " << r.validation_loss << " (perplexity "
+                              << std::exp(r.validation_loss) << ")\n";
+            });
+            std::cout << "trained " << name << " to step " << tr.step() << "; checkpoint " << (std::filesystem::path(o->out) / train::checkpoint_name(tr.step())).string() << '\n';
+        });
+    }
+    {
+        struct options {
+            std::string model, data, format = "text";
+            int seq = 128;
+            double validation = 0.1;
+        };
+        auto o = std::make_shared<options>();
+        auto* cmd = app.add_subcommand("eval", "validation loss and perplexity of a model on a corpus's held-out tail");
+        cmd->add_option("--model", o->model, "model directory")->required();
+        cmd->add_option("--data", o->data, "corpus file")->required();
+        cmd->add_option("--format", o->format, "text, u16 or u32");
+        cmd->add_option("--seq", o->seq, "sequence length");
+        cmd->add_option("--validation", o->validation, "held-out fraction at the end of the corpus");
+        cmd->callback([o] {
+            auto m = io::load_model_dir(o->model);
+            const parameter_layout layout(m.config);
+            if (o->seq > m.config.schedule.dims.context)
+                detail::fail("--seq: ", o->seq, " is above the model's context of ", m.config.schedule.dims.context);
+            auto tokens = train::read_tokens(o->data, parse_format(o->format), m.config.schedule.dims.vocab);
+            const train::window_loader data(std::move(tokens), o->seq, o->validation, 0, o->data);
+            const double loss = train::validation_loss<float>(m.config, layout, m.params, data);
+            std::cout << "validation loss " << loss << " perplexity " << std::exp(loss) << " over " << data.validation_windows()
+                      << " windows of " << o->seq << " tokens\n";
+        });
+    }
+}
+
+}  // namespace vwt::cli
