@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <vwt/train/backward.hpp>
+#include <vwt/train/trainer.hpp>
 #include <vwt/vwt.hpp>
 
 namespace {
@@ -113,4 +114,23 @@ TEST_CASE("the training forward's loss equals cross-entropy of the inference log
         }
         CHECK(loss == Approx(ce / static_cast<double>(tokens.size())).epsilon(1e-12));
     }
+}
+
+TEST_CASE("validation loss by the inference forward equals the training loss") {
+    const auto g = cases().front();
+    const auto c = config_of(g);
+    const vwt::parameter_layout layout(c);
+    const auto p = random_params(c, layout, 8);
+    std::vector<int> tokens(200);
+    for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int>((i * 3) % 13);
+    const vwt::train::window_loader data(tokens, 8, 0.5, 1, "mem");
+    double expected = 0;
+    std::vector<int> x, y;
+    std::vector<double> scratch(p.size());
+    for (std::size_t i = 0; i < data.validation_windows(); ++i) {
+        data.validation_window(i, x, y);
+        expected += vwt::train::loss_and_gradient<double>(c, layout, p, x, y, scratch);
+    }
+    expected /= static_cast<double>(data.validation_windows());
+    CHECK(vwt::train::validation_loss<double>(c, layout, p, data) == Approx(expected).epsilon(1e-10));
 }

@@ -1,4 +1,4 @@
-// The `vwt` command line: info, init, generate, logits, train, eval.
+// The `vwt` command line: info, init, generate, logits, train, eval, compare.
 // Every error a user can cause ends in one line on stderr naming what was wrong, and exit code 2.
 #include <iostream>
 
@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
     vwt::cli::add_info_command(app);
     vwt::cli::add_model_commands(app);
     vwt::cli::add_train_commands(app);
+    vwt::cli::add_compare_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../io/checkpoint.hpp"
+#include "../model.hpp"
 #include "backward.hpp"
 #include "data.hpp"
 #include "optimizer.hpp"
@@ -43,18 +44,30 @@ struct step_report {
     double validation_loss = -1;  // < 0: not evaluated at this step
 };
 
-// Mean validation loss over every validation window (or over the first `limit`).
+// Mean validation loss over every validation window (or over the first `limit`), by the
+// inference forward pass (no activations kept).
 template <class T>
 double validation_loss(const model_config& c, const parameter_layout& layout, std::span<const T> params,
-                       const window_loader& data, std::size_t limit = 0) {
+                       const window_loader& data, std::size_t limit = 0, int threads = 1) {
+    (void)layout;
     const std::size_t n = limit ? std::min(limit, data.validation_windows()) : data.validation_windows();
     if (n == 0) return std::nan("");
-    std::vector<T> scratch(params.size());
+    const model<cpu::backend<T>> m(c, std::vector<T>(params.begin(), params.end()));
+    const int V = m.vocab();
     double sum = 0;
     std::vector<int> x, y;
     for (std::size_t i = 0; i < n; ++i) {
         data.validation_window(i, x, y);
-        sum += static_cast<double>(loss_and_gradient<T>(c, layout, params, x, y, scratch));
+        auto cache = m.make_cache(static_cast<int>(x.size()));
+        const sequence_input<T> in{&cache, x};
+        const auto logits = m.forward({threads}, std::span(&in, 1), logits_mode::all);
+        for (std::size_t t = 0; t < x.size(); ++t) {
+            const T* row = logits.data() + t * static_cast<std::size_t>(V);
+            const double mx = *std::max_element(row, row + V);
+            double z = 0;
+            for (int v = 0; v < V; ++v) z += std::exp(static_cast<double>(row[v]) - mx);
+            sum += (std::log(z) + mx - row[y[t]]) / static_cast<double>(x.size());
+        }
     }
     return sum / static_cast<double>(n);
 }
@@ -120,7 +133,7 @@ public:
             r.tokens_per_second = sequences * static_cast<double>(xs[0].size()) / seconds;
             const bool last = step_ == o_.steps;
             if ((o_.eval_every > 0 && step_ % o_.eval_every == 0) || last)
-                r.validation_loss = validation_loss<T>(c_, layout_, params_, data_);
+                r.validation_loss = validation_loss<T>(c_, layout_, params_, data_, 0, o_.threads);
             if (!o_.out.empty() && ((o_.checkpoint_every > 0 && step_ % o_.checkpoint_every == 0) || last)) save_checkpoint();
             if (report) report(r);
         }
