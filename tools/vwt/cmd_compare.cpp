@@ -103,16 +103,12 @@ void add_compare_command(CLI::App& app) {
         if (o->seeds.empty()) detail::fail("--seeds: give at least one seed");
         const dynamic_schedule schedules[] = {x, uniform_twin(x)};
         const std::vector<std::string> names = {"><former", "uniform"};
-        const auto tokens = train::read_tokens(o->data, o->format == "text" ? train::token_file::text_bytes
-                                                        : o->format == "u16" ? train::token_file::u16 : train::token_file::u32,
-                                               x.dims.vocab);
+        const auto tokens = train::read_tokens(o->data, parse_token_format(o->format), x.dims.vocab);
         std::filesystem::create_directories(o->out);
         std::vector<std::vector<run_result>> runs(2);
         for (std::uint64_t seed : o->seeds) {
             for (int m = 0; m < 2; ++m) {
-                auto c = model_config::mup(schedules[m]);
-                c.bos_token_id = std::min(256, c.schedule.dims.vocab - 1);
-                c.eos_token_id = c.pad_token_id = std::min(257, c.schedule.dims.vocab - 1);
+                auto c = byte_level_config(schedules[m], false);
                 std::vector<float> params;
                 initialize_parameters(c, parameter_layout(c), seed, params);
                 train::train_options t;

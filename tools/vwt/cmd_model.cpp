@@ -59,11 +59,9 @@ void add_model_commands(CLI::App& app) {
             int base = 0;
             auto s = o->schedule.build(name, base);
             if (s.dims.vocab < 256) detail::fail("--vocab: the byte tokenizer needs at least 256 ids, got ", s.dims.vocab);
-            auto c = o->standard ? model_config::standard(std::move(s)) : model_config::mup(std::move(s));
+            auto c = byte_level_config(std::move(s), o->standard);
             if (o->resize == "zero") c.resize = resize_method::zero;
             else if (o->resize != "move_up") detail::fail("--resize: unknown method '", o->resize, "' (move_up, zero)");
-            c.bos_token_id = std::min(256, c.schedule.dims.vocab - 1);
-            c.eos_token_id = c.pad_token_id = std::min(257, c.schedule.dims.vocab - 1);
             const parameter_layout layout(c);
             std::vector<float> params;
             initialize_parameters(c, layout, o->seed, params);

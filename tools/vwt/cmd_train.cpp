@@ -14,13 +14,6 @@ namespace vwt::cli {
 
 namespace {
 
-train::token_file parse_format(const std::string& name) {
-    if (name == "text") return train::token_file::text_bytes;
-    if (name == "u16") return train::token_file::u16;
-    if (name == "u32") return train::token_file::u32;
-    detail::fail("--format: unknown format '", name, "' (text, u16, u32)");
-}
-
 std::string eta(double seconds) {
     char buf[32];
     const long s = static_cast<long>(seconds);
@@ -70,10 +63,8 @@ void add_train_commands(CLI::App& app) {
             if (o->seq > s.dims.context)
                 detail::fail("--seq: ", o->seq, " is above the model's context of ", s.dims.context);
             if (o->steps < 1) detail::fail("--steps: must be at least 1");
-            auto c = o->standard ? model_config::standard(std::move(s)) : model_config::mup(std::move(s));
-            c.bos_token_id = std::min(256, c.schedule.dims.vocab - 1);
-            c.eos_token_id = c.pad_token_id = std::min(257, c.schedule.dims.vocab - 1);
-            auto tokens = train::read_tokens(o->data, parse_format(o->format), c.schedule.dims.vocab);
+            auto c = byte_level_config(std::move(s), o->standard);
+            auto tokens = train::read_tokens(o->data, parse_token_format(o->format), c.schedule.dims.vocab);
             train::window_loader data(std::move(tokens), o->seq, o->validation, o->seed, o->data);
             std::vector<float> params;
             initialize_parameters(c, parameter_layout(c), o->seed, params);
@@ -135,7 +126,7 @@ void add_train_commands(CLI::App& app) {
             const parameter_layout layout(m.config);
             if (o->seq > m.config.schedule.dims.context)
                 detail::fail("--seq: ", o->seq, " is above the model's context of ", m.config.schedule.dims.context);
-            auto tokens = train::read_tokens(o->data, parse_format(o->format), m.config.schedule.dims.vocab);
+            auto tokens = train::read_tokens(o->data, parse_token_format(o->format), m.config.schedule.dims.vocab);
             const train::window_loader data(std::move(tokens), o->seq, o->validation, 0, o->data);
             const double loss = train::validation_loss<float>(m.config, layout, m.params, data);
             std::cout << "validation loss " << loss << " perplexity " << std::exp(loss) << " over " << data.validation_windows()

@@ -106,4 +106,18 @@ dynamic_schedule schedule_flags::build(std::string& name, int& base_width) const
     return make_schedule(s);
 }
 
+model_config byte_level_config(dynamic_schedule s, bool standard) {
+    auto c = standard ? model_config::standard(std::move(s)) : model_config::mup(std::move(s));
+    c.bos_token_id = std::min(256, c.schedule.dims.vocab - 1);
+    c.eos_token_id = c.pad_token_id = std::min(257, c.schedule.dims.vocab - 1);
+    return c;
+}
+
+train::token_file parse_token_format(const std::string& name) {
+    if (name == "text") return train::token_file::text_bytes;
+    if (name == "u16") return train::token_file::u16;
+    if (name == "u32") return train::token_file::u32;
+    detail::fail("--format: unknown format '", name, "' (text, u16, u32)");
+}
+
 }  // namespace vwt::cli

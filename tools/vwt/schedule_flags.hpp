@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <vwt/train/data.hpp>
 #include <vwt/vwt.hpp>
 
 namespace vwt::cli {
@@ -32,5 +33,12 @@ struct schedule_flags {
     // Also honours --widths (an explicit list); returns the base width the solver chose.
     dynamic_schedule build(std::string& name, int& base_width) const;
 };
+
+// The model config the command line makes for a schedule: muP (or standard) with the byte-level
+// tokenizer's special ids (bos 256, eos/pad 257, clamped into a smaller vocabulary).
+model_config byte_level_config(dynamic_schedule s, bool standard);
+
+// --format: text (UTF-8 bytes), u16 or u32 (little-endian token ids).
+train::token_file parse_token_format(const std::string& name);
 
 }  // namespace vwt::cli
