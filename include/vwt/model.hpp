@@ -28,8 +28,7 @@ enum class logits_mode {
 
 namespace detail {
 
-template <class Backend>
-block_hyper hyper_of(const model_config& c, int layer) {
+inline block_hyper hyper_of(const model_config& c, int layer) {
     return {layer, c.schedule.dims.heads, c.schedule.dims.kv_heads, c.attention_scale(layer), c.m_residual,
             c.norm_eps, c.rope_theta, c.mlp};
 }
@@ -39,7 +38,7 @@ block<Backend, Width> make_block(const model_config& c, const parameter_layout& 
                                  const typename Backend::scalar* p, int i, Width w) {
     const std::string pre = "transformer.h." + std::to_string(i) + ".";
     const auto at = [&](const char* name) { return p + l.at(pre + name).offset; };
-    return block<Backend, Width>(w, hyper_of<Backend>(c, i),
+    return block<Backend, Width>(w, hyper_of(c, i),
                                  {at("ln_1.weight"), at("sequence_mixer.c_attn.weight"),
                                   at("sequence_mixer.c_proj.weight"), at("ln_2.weight"),
                                   at("mlp_block.c_fc.weight"), at("mlp_block.c_proj.weight")});
