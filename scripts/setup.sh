@@ -7,6 +7,8 @@ packages=(
   build-essential cmake clang libomp-dev
   libeigen3-dev nlohmann-json3-dev libcli11-dev catch2 libbenchmark-dev
   python3 python3-torch python3-numpy
+  libopenblas0-pthread  # an optimised BLAS for PyTorch, whose Debian build otherwise uses the reference BLAS
+  bible-kjv             # the demo's corpus: the King James Version (public domain), printed by `bible`
 )
 
 missing=()

@@ -134,3 +134,60 @@ TEST_CASE("validation loss by the inference forward equals the training loss") {
     expected /= static_cast<double>(data.validation_windows());
     CHECK(vwt::train::validation_loss<double>(c, layout, p, data) == Approx(expected).epsilon(1e-10));
 }
+
+TEST_CASE("a batch's gradient is the mean of its sequences' gradients, with any thread count") {
+    const std::vector<int> a{1, 5, 2, 12, 7, 3, 9, 4}, b{0, 0, 3, 8, 8, 1, 2, 10}, c3{11, 6, 6, 2, 5, 9, 12, 1};
+    const auto shift = [](const std::vector<int>& t) {
+        std::vector<int> y(t.begin() + 1, t.end());
+        y.push_back(t.front());
+        return y;
+    };
+    for (const auto& g : cases()) {
+        CAPTURE(g.name);
+        const auto c = config_of(g);
+        const vwt::parameter_layout layout(c);
+        const auto p = random_params(c, layout, 4);
+        std::vector<double> expected(p.size(), 0.0), scratch(p.size());
+        double expected_loss = 0;
+        std::vector<int> tokens, targets;
+        for (const auto* seq : {&a, &b, &c3}) {
+            std::fill(scratch.begin(), scratch.end(), 0.0);
+            const auto y = shift(*seq);
+            expected_loss += vwt::train::loss_and_gradient<double>(c, layout, p, *seq, y, scratch) / 3;
+            for (std::size_t i = 0; i < p.size(); ++i) expected[i] += scratch[i] / 3;
+            tokens.insert(tokens.end(), seq->begin(), seq->end());
+            targets.insert(targets.end(), y.begin(), y.end());
+        }
+        for (int threads : {1, 2, 3}) {
+            CAPTURE(threads);
+            using backend = vwt::cpu::backend<double>;
+            vwt::train::gradient_workspace<backend> ws;
+            std::vector<double> grad(p.size(), 0.0);
+            const double loss = vwt::train::loss_and_gradient<backend>({threads}, c, layout, p,
+                                                                       vwt::train::token_batch{tokens, targets, 3}, grad, ws);
+            CHECK(loss == Approx(expected_loss).epsilon(1e-12));
+            double worst = 0, largest = 0;
+            for (std::size_t i = 0; i < p.size(); ++i) {
+                worst = std::max(worst, std::abs(grad[i] - expected[i]));
+                largest = std::max(largest, std::abs(expected[i]));
+            }
+            CHECK(worst <= 1e-12 * largest);
+        }
+    }
+}
+
+TEST_CASE("a malformed batch is refused with a clear error") {
+    const auto g = cases().front();
+    const auto c = config_of(g);
+    const vwt::parameter_layout layout(c);
+    const auto p = random_params(c, layout, 4);
+    std::vector<double> grad(p.size(), 0.0);
+    using backend = vwt::cpu::backend<double>;
+    vwt::train::gradient_workspace<backend> ws;
+    const std::vector<int> five{1, 2, 3, 4, 5};
+    CHECK_THROWS_WITH((vwt::train::loss_and_gradient<backend>({1}, c, layout, p, vwt::train::token_batch{five, five, 2}, grad, ws)),
+                      Catch::Contains("2 non-empty sequences of equal length"));
+    const std::vector<int> bad{1, 2, 13, 4};
+    CHECK_THROWS_WITH((vwt::train::loss_and_gradient<backend>({1}, c, layout, p, vwt::train::token_batch{bad, bad, 2}, grad, ws)),
+                      Catch::Contains("token or target id outside [0, 13)"));
+}

@@ -76,62 +76,69 @@ class Reference:
     def rmsnorm(self, x, g):
         return x / torch.sqrt((x * x).mean(-1, keepdim=True) + self.eps) * g
 
-    def rope(self, x, positions):  # x: [T, heads, d]
+    def rope(self, x, positions):  # x: [..., T, heads, d]
         d = x.shape[-1]
         inv = self.theta ** (-torch.arange(0, d // 2, dtype=torch.float64) * 2 / d)
         ang = positions[:, None].double() * inv[None, :]
-        cos, sin = torch.cat([ang.cos()] * 2, -1)[:, None, :], torch.cat([ang.sin()] * 2, -1)[:, None, :]
+        cos = torch.cat([ang.cos()] * 2, -1)[:, None, :].to(x.dtype)
+        sin = torch.cat([ang.sin()] * 2, -1)[:, None, :].to(x.dtype)
         rot = torch.cat([-x[..., d // 2:], x[..., : d // 2]], -1)
         return x * cos + rot * sin
 
     def resize_to(self, x, width, history):
         """Truncate, or grow from the most recent earlier state that had each coordinate."""
         if width <= x.shape[-1]:
-            return x[:, :width].clone()
+            return x[..., :width]
         parts, start = [x], x.shape[-1]
         if self.resize == "move_up":
             for cand in reversed(history):
                 if cand.shape[-1] <= start:
                     continue
                 end = min(cand.shape[-1], width)
-                parts.append(cand[:, start:end])
+                parts.append(cand[..., start:end])
                 start = end
                 if start >= width:
                     break
         if start < width:
-            parts.append(torch.zeros(x.shape[0], width - start, dtype=x.dtype))
+            parts.append(torch.zeros(*x.shape[:-1], width - start, dtype=x.dtype))
         return torch.cat(parts, -1)
 
-    def logits(self, tokens):
-        T = len(tokens)
+    def forward(self, tokens, p=None):
+        """tokens: int64 [B, T] -> logits [B, T, V]; p: the parameters (default: self.p)."""
+        p = self.p if p is None else p
+        B, T = tokens.shape
         pos = torch.arange(T)
-        x = self.p["transformer.wte.weight"][torch.tensor(tokens)] * self.m_emb
+        x = p["transformer.wte.weight"][tokens] * self.m_emb
         history = [x]
+        causal = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
         for i, w in enumerate(self.widths):
             x = self.resize_to(x, w, history)
             d, G = w // self.H, self.H // self.Hkv
             pre = f"transformer.h.{i}."
-            a = self.rmsnorm(x, self.p[pre + "ln_1.weight"])
-            qkv = (a @ self.p[pre + "sequence_mixer.c_attn.weight"].T).view(T, self.Hkv, G + 2, d)
-            q = qkv[:, :, :G, :].reshape(T, self.H, d)
-            k = qkv[:, :, G, :]
-            v = qkv[:, :, G + 1, :]
+            a = self.rmsnorm(x, p[pre + "ln_1.weight"])
+            qkv = (a @ p[pre + "sequence_mixer.c_attn.weight"].T).view(B, T, self.Hkv, G + 2, d)
+            q = qkv[:, :, :, :G, :].reshape(B, T, self.H, d)
+            k = qkv[:, :, :, G, :]
+            v = qkv[:, :, :, G + 1, :]
             q, k = self.rope(q, pos), self.rope(k, pos)
-            k = k.repeat_interleave(G, dim=1)
-            v = v.repeat_interleave(G, dim=1)
+            k = k.repeat_interleave(G, dim=2)
+            v = v.repeat_interleave(G, dim=2)
             scale = 1.0 / d if self.mup else 1.0 / math.sqrt(d)
-            s = torch.einsum("thd,shd->hts", q, k) * scale
-            s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
-            o = torch.einsum("hts,shd->thd", s.softmax(-1), v).reshape(T, self.H * d)
-            x = x + self.m_res * (o @ self.p[pre + "sequence_mixer.c_proj.weight"].T)
-            b = self.rmsnorm(x, self.p[pre + "ln_2.weight"])
-            f = b @ self.p[pre + "mlp_block.c_fc.weight"].T
-            u, gate = f[:, : 4 * w], f[:, 4 * w:]
-            x = x + self.m_res * ((u * torch.nn.functional.silu(gate)) @ self.p[pre + "mlp_block.c_proj.weight"].T)
+            s = torch.einsum("bthd,bshd->bhts", q, k) * scale
+            s = s.masked_fill(causal, float("-inf"))
+            o = torch.einsum("bhts,bshd->bthd", s.softmax(-1), v).reshape(B, T, self.H * d)
+            x = x + self.m_res * (o @ p[pre + "sequence_mixer.c_proj.weight"].T)
+            b = self.rmsnorm(x, p[pre + "ln_2.weight"])
+            f = b @ p[pre + "mlp_block.c_fc.weight"].T
+            u, gate = f[..., : 4 * w], f[..., 4 * w:]
+            x = x + self.m_res * ((u * torch.nn.functional.silu(gate)) @ p[pre + "mlp_block.c_proj.weight"].T)
             history.append(x)
-        y = self.rmsnorm(x, self.p["transformer.ln_f.weight"])
-        y = self.resize_to(y, self.h, history[:-1]) if y.shape[-1] < self.h else y[:, : self.h]
-        return (y @ self.p["lm_head.weight"].T) / self.m_width
+        y = self.rmsnorm(x, p["transformer.ln_f.weight"])
+        y = self.resize_to(y, self.h, history[:-1]) if y.shape[-1] < self.h else y[..., : self.h]
+        return (y @ p["lm_head.weight"].T) / self.m_width
+
+    def logits(self, tokens):
+        return self.forward(torch.tensor([tokens]))[0]
 
     def config(self):
         return {

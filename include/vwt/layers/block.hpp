@@ -102,22 +102,12 @@ public:
         for (const auto& seq : seqs) {
             auto keys = seq.cache->keys(hp_.layer);
             auto values = seq.cache->values(hp_.layer);
-            const index_t past = seq.cache->length();
-            for (index_t r = 0; r < seq.rows; ++r) {
-                const T* src = qkv.row(seq.row_begin + r);
-                T* dense_q = q.row(seq.row_begin + r);
-                T* k = keys.row(past + r);
-                T* v = values.row(past + r);
-                for (int g = 0; g < Hkv; ++g) {
-                    const T* group = src + g * (G + 2) * d;
-                    std::copy(group, group + G * d, dense_q + g * G * d);  // heads g G .. g G + G - 1
-                    std::copy(group + G * d, group + (G + 1) * d, k + g * d);
-                    std::copy(group + (G + 1) * d, group + (G + 2) * d, v + g * d);
-                }
-            }
+            const index_t past = seq.cache->length(), end = seq.row_begin + seq.rows;
+            Backend::split_qkv(qkv.rows_range(seq.row_begin, end), q.rows_range(seq.row_begin, end),
+                               keys.rows_range(past, past + seq.rows), values.rows_range(past, past + seq.rows), H, Hkv, d);
             const index_t n_ctx = past + seq.rows;
-            Backend::attention(ctx, q.rows_range(seq.row_begin, seq.row_begin + seq.rows), keys.rows_range(0, n_ctx), values.rows_range(0, n_ctx),
-                               attn.rows_range(seq.row_begin, seq.row_begin + seq.rows), H, Hkv,
+            Backend::attention(ctx, q.rows_range(seq.row_begin, end), keys.rows_range(0, n_ctx), values.rows_range(0, n_ctx),
+                               attn.rows_range(seq.row_begin, end), H, Hkv,
                                static_cast<int>(d), static_cast<T>(hp_.attention_scale));
         }
         Backend::matmul_nt(ctx, attn, matrix_view<const T>{w_.attn_proj, w, H * d, H * d}, layer, res, T(1));

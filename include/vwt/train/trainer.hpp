@@ -95,31 +95,29 @@ public:
     // Runs until o.steps; calls `report` after every step. Stops with a vwt::error on a
     // non-finite loss, leaving the last checkpoint as it was.
     void run(const std::function<void(const step_report&)>& report = {}) {
+        using backend = cpu::backend<T>;
         std::vector<T> grad(params_.size());
-        const int slots = o_.threads;
-        std::vector<std::vector<T>> partial(static_cast<std::size_t>(slots), std::vector<T>(params_.size()));
+        gradient_workspace<backend> workspace;
+        std::vector<int> tokens, targets, x, y;
         while (step_ < o_.steps) {
             const auto t0 = std::chrono::steady_clock::now();
             std::fill(grad.begin(), grad.end(), T(0));
-            const int sequences = o_.batch * o_.accumulate;
-            std::vector<std::vector<int>> xs(static_cast<std::size_t>(sequences)), ys(static_cast<std::size_t>(sequences));
-            for (int s = 0; s < sequences; ++s) data_.next(xs[static_cast<std::size_t>(s)], ys[static_cast<std::size_t>(s)]);
-            std::vector<double> losses(static_cast<std::size_t>(sequences));
-            for (auto& p : partial) std::fill(p.begin(), p.end(), T(0));
-            // Each thread owns one partial gradient; they are summed in a fixed order, so the
-            // result does not depend on scheduling.
-            VWT_OMP(parallel for num_threads(slots) schedule(static) if (slots > 1))
-            for (int slot = 0; slot < slots; ++slot)
-                for (int s = slot; s < sequences; s += slots)
-                    losses[static_cast<std::size_t>(s)] = static_cast<double>(loss_and_gradient<T>(
-                        c_, layout_, params_, xs[static_cast<std::size_t>(s)], ys[static_cast<std::size_t>(s)],
-                        partial[static_cast<std::size_t>(slot)]));
-            for (const auto& p : partial)
-                for (std::size_t i = 0; i < grad.size(); ++i) grad[i] += p[i];
-            const T inv = static_cast<T>(1.0 / sequences);
-            for (T& g : grad) g *= inv;
             double loss = 0;
-            for (double l : losses) loss += l / sequences;
+            std::size_t window = 0;
+            for (int micro = 0; micro < o_.accumulate; ++micro) {
+                tokens.clear();
+                targets.clear();
+                for (int s = 0; s < o_.batch; ++s) {
+                    data_.next(x, y);
+                    tokens.insert(tokens.end(), x.begin(), x.end());
+                    targets.insert(targets.end(), y.begin(), y.end());
+                    window = x.size();
+                }
+                loss += loss_and_gradient<backend>({o_.threads}, c_, layout_, params_, token_batch{tokens, targets, o_.batch},
+                                                   grad, workspace) / o_.accumulate;
+            }
+            const T inv = static_cast<T>(1.0 / o_.accumulate);
+            for (T& g : grad) g *= inv;
             if (!std::isfinite(loss))
                 vwt::detail::fail("training: loss became ", loss, " at step ", step_ + 1,
                                   "; stopped, the last checkpoint is kept (lower the learning rate?)");
@@ -130,7 +128,7 @@ public:
             r.lr = o_.lr.at(step_);
             opt_.step(params_, grad, r.lr);
             const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            r.tokens_per_second = sequences * static_cast<double>(xs[0].size()) / seconds;
+            r.tokens_per_second = static_cast<double>(o_.batch) * o_.accumulate * static_cast<double>(window) / seconds;
             const bool last = step_ == o_.steps;
             if ((o_.eval_every > 0 && step_ % o_.eval_every == 0) || last)
                 r.validation_loss = validation_loss<T>(c_, layout_, params_, data_, 0, o_.threads);

@@ -1,0 +1,201 @@
+// Training speed of vwt beside PyTorch eager, in one run: one optimizer step (forward, backward,
+// gradient clipping, AdamW) of the reproduction's model (tiny_l8: the x-shaped ><former and its
+// uniform twin) at the reproduction's batch shape, in this process and in the PyTorch reference
+// (bench/torch_train_step.py, float32, torch.optim.AdamW) started from here, on the same number of
+// threads. Peak memory: each side trains in a fresh process and reports its maximum resident set.
+//
+// Run: build/bench/bench_training   (the summary at the end prints the ratios)
+#include <benchmark/benchmark.h>
+
+#include <array>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <sys/resource.h>
+
+#include <nlohmann/json.hpp>
+
+#include <vwt/train/trainer.hpp>
+#include <vwt/vwt.hpp>
+
+namespace {
+
+using backend = vwt::cpu::backend<float>;
+constexpr int threads = 2;
+constexpr int batch = 8;
+constexpr int seq = 128;
+
+vwt::model_config bench_config(bool uniform) {
+    const auto x = vwt::make_schedule(vwt::presets::tiny_l8);
+    return vwt::model_config::mup(uniform ? vwt::uniform_twin(x) : x);
+}
+
+// Everything one training step touches, as the trainer holds it.
+struct training_state {
+    vwt::model_config config;
+    vwt::parameter_layout layout;
+    std::vector<float> params, grad;
+    vwt::train::adamw<float> optimizer;
+    vwt::train::gradient_workspace<backend> workspace;
+    std::vector<int> tokens, targets;
+
+    explicit training_state(bool uniform)
+        : config(bench_config(uniform)), layout(config), optimizer(config, layout) {
+        vwt::initialize_parameters(config, layout, 1, params);
+        grad.resize(params.size());
+        std::mt19937 rng(7);
+        std::uniform_int_distribution<int> id(0, config.schedule.dims.vocab - 1);
+        for (int i = 0; i < batch * seq; ++i) {
+            tokens.push_back(id(rng));
+            targets.push_back(id(rng));
+        }
+    }
+    double step() {
+        std::fill(grad.begin(), grad.end(), 0.0f);
+        const double loss = vwt::train::loss_and_gradient<backend>({threads}, config, layout, params,
+                                                                   vwt::train::token_batch{tokens, targets, batch}, grad, workspace);
+        vwt::train::clip_by_global_norm<float>(grad, 1.0);
+        optimizer.step(params, grad, 1e-3);
+        return loss;
+    }
+};
+
+void vwt_train_step(benchmark::State& state, bool uniform) {
+    training_state t(uniform);
+    t.step();  // sizes the workspace
+    for (auto _ : state) benchmark::DoNotOptimize(t.step());
+    state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(batch * seq), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// Runs a command and returns the JSON object on the last line it prints (null on failure).
+nlohmann::json run_json(const std::string& command) {
+    std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
+    if (!pipe) return nullptr;
+    std::string out;
+    std::array<char, 4096> buf{};
+    while (std::fgets(buf.data(), static_cast<int>(buf.size()), pipe.get())) out = buf.data();
+    try {
+        return nlohmann::json::parse(out);
+    } catch (const nlohmann::json::exception&) {
+        return nullptr;
+    }
+}
+
+std::string join(const std::vector<int>& v) {
+    std::string s;
+    for (int x : v) {
+        if (!s.empty()) s += ',';
+        s += std::to_string(x);
+    }
+    return s;
+}
+
+void torch_train_step(benchmark::State& state, bool uniform) {
+    const auto c = bench_config(uniform);
+    const auto& d = c.schedule.dims;
+    const std::string command = std::string(VWT_TORCH_PYTHON) + " " + VWT_SOURCE_DIR + "/bench/torch_train_step.py" +
+                                " --widths " + join(c.schedule.widths) + " --hidden " + std::to_string(d.hidden) +
+                                " --heads " + std::to_string(d.heads) + " --kv-heads " + std::to_string(d.kv_heads) +
+                                " --vocab " + std::to_string(d.vocab) + " --batch " + std::to_string(batch) +
+                                " --seq " + std::to_string(seq) + " --steps 4 --warmup 1 --threads " +
+                                std::to_string(threads) + " 2>/dev/null";
+    for (auto _ : state) {
+        const auto r = run_json(command);
+        if (r.is_null()) {
+            state.SkipWithError("the PyTorch baseline did not run (is python3-torch installed?)");
+            return;
+        }
+        state.SetIterationTime(r.at("seconds_per_step").get<double>());
+        state.counters["tokens_per_s"] = r.at("tokens_per_second").get<double>();
+        state.counters["peak_rss_MB"] = r.at("peak_rss_bytes").get<double>() / 1e6;
+        state.counters["rss_before_training_MB"] = r.at("rss_before_training_bytes").get<double>() / 1e6;
+    }
+}
+
+double resident_bytes() {
+    long pages = 0, resident = 0;
+    if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+        if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+        std::fclose(f);
+    }
+    return static_cast<double>(resident) * 4096.0;
+}
+
+// In a fresh process (this binary, --peak-memory-probe x|u): train a few steps, print the peak.
+int peak_memory_probe(bool uniform) {
+    training_state t(uniform);
+    const double before = resident_bytes();
+    for (int i = 0; i < 3; ++i) t.step();
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    std::printf("{\"peak_rss_bytes\": %.0f, \"rss_before_training_bytes\": %.0f}\n", static_cast<double>(u.ru_maxrss) * 1024, before);
+    return 0;
+}
+
+std::string self_path;
+
+void vwt_peak_memory(benchmark::State& state, bool uniform) {
+    for (auto _ : state) {
+        const auto r = run_json(self_path + " --peak-memory-probe " + (uniform ? "u" : "x"));
+        if (r.is_null()) {
+            state.SkipWithError("the memory probe did not run");
+            return;
+        }
+        state.counters["peak_rss_MB"] = r.at("peak_rss_bytes").get<double>() / 1e6;
+        state.counters["rss_before_training_MB"] = r.at("rss_before_training_bytes").get<double>() / 1e6;
+    }
+}
+
+// vwt: the best of three repetitions (timings on this machine vary run to run); PyTorch: one
+// run of four timed steps after a warm-up step (it takes seconds per step).
+BENCHMARK_CAPTURE(vwt_train_step, xformer, false)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0)
+    ->Repetitions(3)->ReportAggregatesOnly(true)
+    ->ComputeStatistics("min", [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); });
+BENCHMARK_CAPTURE(vwt_train_step, uniform, true)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0)
+    ->Repetitions(3)->ReportAggregatesOnly(true)
+    ->ComputeStatistics("min", [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); });
+BENCHMARK_CAPTURE(torch_train_step, xformer, false)->Unit(benchmark::kMillisecond)->UseManualTime()->Iterations(1);
+BENCHMARK_CAPTURE(torch_train_step, uniform, true)->Unit(benchmark::kMillisecond)->UseManualTime()->Iterations(1);
+BENCHMARK_CAPTURE(vwt_peak_memory, xformer, false)->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK_CAPTURE(vwt_peak_memory, uniform, true)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+class capturing_reporter : public benchmark::ConsoleReporter {
+public:
+    std::map<std::string, Run> runs;
+    void ReportRuns(const std::vector<Run>& report) override {
+        for (const auto& r : report) runs[r.benchmark_name()] = r;
+        ConsoleReporter::ReportRuns(report);
+    }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc == 3 && std::strcmp(argv[1], "--peak-memory-probe") == 0) return peak_memory_probe(argv[2][0] == 'u');
+    self_path = argv[0];
+    benchmark::Initialize(&argc, argv);
+    capturing_reporter reporter;
+    benchmark::RunSpecifiedBenchmarks(&reporter);
+    const auto counter = [&](const std::string& bench, const char* name) {
+        for (const auto& [key, run] : reporter.runs)
+            if (key.rfind(bench, 0) == 0 && (bench.rfind("vwt_train", 0) != 0 || key.find("_min") != std::string::npos) &&
+                run.counters.count(name))
+                return static_cast<double>(run.counters.at(name));
+        return 0.0;
+    };
+    std::printf("\nsummary (tiny_l8, batch %d x %d tokens, %d threads, float32)\n", batch, seq, threads);
+    for (const char* which : {"xformer", "uniform"}) {
+        const std::string w = which;
+        const double ours = counter("vwt_train_step/" + w, "tokens_per_s");
+        const double torch = counter("torch_train_step/" + w, "tokens_per_s");
+        std::printf("%-8s vwt %.0f tok/s, PyTorch eager %.0f tok/s: %.2fx; peak RSS vwt %.0f MB (%.0f MB before training), "
+                    "PyTorch %.0f MB (%.0f MB before training)\n",
+                    w == "xformer" ? "><former" : "uniform", ours, torch, torch > 0 ? ours / torch : 0.0,
+                    counter("vwt_peak_memory/" + w, "peak_rss_MB"), counter("vwt_peak_memory/" + w, "rss_before_training_MB"),
+                    counter("torch_train_step/" + w, "peak_rss_MB"), counter("torch_train_step/" + w, "rss_before_training_MB"));
+    }
+    return 0;
+}
