@@ -205,7 +205,7 @@ void paired_prefill(benchmark::State& state) {
     state.counters["flop_ratio"] = prefill_flops(sx, prefill_tokens) / prefill_flops(su, prefill_tokens);
     (void)total;
 }
-BENCHMARK(paired_prefill)->Iterations(8)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(paired_prefill)->Iterations(16)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 void paired_decode(benchmark::State& state) {
     decode_runner dx(bench_model(false)), du(bench_model(true));
