@@ -63,6 +63,7 @@ struct backend {
     // into equal panels, a multiple of 16 floats wide, keeps every product in the fast regime.
     static constexpr index_t gemm_k_panel = 768;
     static index_t k_panel_width(index_t k) {
+        if (k <= gemm_k_panel) return k;
         const index_t panels = (k + gemm_k_panel - 1) / gemm_k_panel;
         return ((k + panels - 1) / panels + 15) / 16 * 16;
     }
