@@ -26,13 +26,34 @@ struct strided {
     double at(vwt::index_t r, vwt::index_t c) const { return data[static_cast<std::size_t>(r * stride + c)]; }
 };
 
+// The brute-force product: value = alpha * sum_j lhs(r, j) rhs(j, c) + beta * prior(r, c), in
+// double, with the sum of |terms| beside it to scale the tolerance. beta 0 never reads prior.
+struct expected {
+    std::vector<double> value, magnitude;
+};
+
+template <class Lhs, class Rhs>
+expected brute_force(vwt::index_t rows, vwt::index_t cols, vwt::index_t depth, Lhs lhs, Rhs rhs, double alpha,
+                     double beta, const strided& prior) {
+    expected e{std::vector<double>(static_cast<std::size_t>(rows * cols)), std::vector<double>(static_cast<std::size_t>(rows * cols))};
+    for (vwt::index_t r = 0; r < rows; ++r)
+        for (vwt::index_t c = 0; c < cols; ++c) {
+            double sum = 0, size = 0;
+            for (vwt::index_t j = 0; j < depth; ++j) sum += lhs(r, j) * rhs(j, c), size += std::abs(lhs(r, j) * rhs(j, c));
+            const auto i = static_cast<std::size_t>(r * cols + c);
+            e.value[i] = alpha * sum + (beta == 0 ? 0.0 : beta * prior.at(r, c));
+            e.magnitude[i] = std::abs(alpha) * size + (beta == 0 ? 0.0 : std::abs(beta * prior.at(r, c)));
+        }
+    return e;
+}
+
 // |got - want| within a relative tolerance scaled by the sum of |terms| (fp32 accumulation).
-void check(const strided& got, const std::vector<double>& want, const std::vector<double>& magnitude) {
+void check(const strided& got, const expected& want) {
     for (vwt::index_t r = 0; r < got.rows; ++r)
         for (vwt::index_t c = 0; c < got.cols; ++c) {
             const auto i = static_cast<std::size_t>(r * got.cols + c);
             INFO("row " << r << " col " << c);
-            REQUIRE(std::abs(got.at(r, c) - want[i]) <= 1e-5 * magnitude[i] + 1e-6);
+            REQUIRE(std::abs(got.at(r, c) - want.value[i]) <= 1e-5 * want.magnitude[i] + 1e-6);
         }
 }
 
@@ -50,17 +71,11 @@ TEST_CASE("matmul_nt equals a brute-force sum, across the k-panel split") {
                         strided x(m, k, rng), w(n, k, rng), y(m, n, rng);
                         if (beta == 0.0f)  // beta 0 clears: NaN already there must not leak through
                             for (auto& v : y.data) v = std::numeric_limits<float>::quiet_NaN();
-                        std::vector<double> want(static_cast<std::size_t>(m * n)), mag(want.size());
-                        for (vwt::index_t r = 0; r < m; ++r)
-                            for (vwt::index_t c = 0; c < n; ++c) {
-                                double s = 0, a = 0;
-                                for (vwt::index_t j = 0; j < k; ++j) s += x.at(r, j) * w.at(c, j), a += std::abs(x.at(r, j) * w.at(c, j));
-                                const auto i = static_cast<std::size_t>(r * n + c);
-                                want[i] = alpha * s + (beta == 0.0f ? 0.0 : beta * y.at(r, c));
-                                mag[i] = a + (beta == 0.0f ? 0.0 : std::abs(y.at(r, c)));
-                            }
+                        const auto want = brute_force(
+                            m, n, k, [&](auto r, auto j) { return x.at(r, j); }, [&](auto j, auto c) { return w.at(c, j); },
+                            alpha, beta, y);
                         B::matmul_nt({threads}, x.view(), w.view(), y.view(), alpha, beta);
-                        check(y, want, mag);
+                        check(y, want);
                     }
 }
 
@@ -73,28 +88,16 @@ TEST_CASE("matmul_nn and matmul_tn equal a brute-force sum") {
                 INFO("k " << k << " m " << m << " threads " << threads);
                 // nn: y [m x n] = x [m x k] . w [k x n], accumulated onto y (beta 1)
                 strided x(m, k, rng), w(k, n, rng), y(m, n, rng);
-                std::vector<double> want(static_cast<std::size_t>(m * n)), mag(want.size());
-                for (vwt::index_t r = 0; r < m; ++r)
-                    for (vwt::index_t c = 0; c < n; ++c) {
-                        double s = 0, a = 0;
-                        for (vwt::index_t j = 0; j < k; ++j) s += x.at(r, j) * w.at(j, c), a += std::abs(x.at(r, j) * w.at(j, c));
-                        const auto i = static_cast<std::size_t>(r * n + c);
-                        want[i] = s + y.at(r, c), mag[i] = a + std::abs(y.at(r, c));
-                    }
+                const auto want = brute_force(
+                    m, n, k, [&](auto r, auto j) { return x.at(r, j); }, [&](auto j, auto c) { return w.at(j, c); }, 1, 1, y);
                 B::matmul_nn({threads}, x.view(), w.view(), y.view(), 1.0f, 1.0f);
-                check(y, want, mag);
+                check(y, want);
 
                 // tn: g [n x k] = a^T . b with a [m x n], b [m x k], beta 0 (the weight gradient)
                 strided a(m, n, rng), b(m, k, rng), g(n, k, rng);
-                std::vector<double> want_g(static_cast<std::size_t>(n * k)), mag_g(want_g.size());
-                for (vwt::index_t r = 0; r < n; ++r)
-                    for (vwt::index_t c = 0; c < k; ++c) {
-                        double s = 0, t = 0;
-                        for (vwt::index_t j = 0; j < m; ++j) s += a.at(j, r) * b.at(j, c), t += std::abs(a.at(j, r) * b.at(j, c));
-                        const auto i = static_cast<std::size_t>(r * k + c);
-                        want_g[i] = s, mag_g[i] = t;
-                    }
+                const auto want_g = brute_force(
+                    n, k, m, [&](auto r, auto j) { return a.at(j, r); }, [&](auto j, auto c) { return b.at(j, c); }, 1, 0, g);
                 B::matmul_tn({threads}, a.view(), b.view(), g.view());
-                check(g, want_g, mag_g);
+                check(g, want_g);
             }
 }
