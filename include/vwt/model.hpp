@@ -94,7 +94,7 @@ public:
         }
 
         const index_t W = s.residual_width, h = s.dims.hidden;
-        std::vector<T> buffer(static_cast<std::size_t>(rows * W));
+        aligned_vector<T> buffer(static_cast<std::size_t>(rows * W));
         residual_view<T> x(buffer.data(), rows, W);
         Backend::embed(ctx, tensor(embedding_), ids.data(), x.all(), static_cast<T>(config_.m_emb));
 
@@ -119,15 +119,14 @@ public:
         }
         const index_t n = static_cast<index_t>(out_rows.size());
         const index_t w_last = s.width(s.layers() - 1);
-        std::vector<T> gathered(static_cast<std::size_t>(n * W)), normed(static_cast<std::size_t>(n * W));
+        aligned_vector<T> gathered(static_cast<std::size_t>(n * W)), normed(static_cast<std::size_t>(n * W));
         const matrix_view<T> g{gathered.data(), n, W, W}, y{normed.data(), n, W, W};
         for (index_t r = 0; r < n; ++r) std::copy(x.all().row(out_rows[r]), x.all().row(out_rows[r]) + W, g.row(r));
         Backend::rmsnorm(ctx, g.first_cols(w_last), params_.data() + final_norm_.offset, y.first_cols(w_last),
                          static_cast<T>(config_.norm_eps));
-        if (w_last < h) {
-            if (config_.resize == resize_method::move_up) Backend::copy(g.cols_range(w_last, h), y.cols_range(w_last, h));
-            else Backend::fill(y.cols_range(w_last, h), T(0));
-        }
+        // The resize to the head's width h is move_up for every model, zero-resize ones included
+        // (the authors: `expand_method if expand_method != "zero" else "move_up"`).
+        if (w_last < h) Backend::copy(g.cols_range(w_last, h), y.cols_range(w_last, h));
         std::vector<T> logits(static_cast<std::size_t>(n * s.dims.vocab));
         Backend::matmul_nt(ctx, y.first_cols(h), tensor(head_), matrix_view<T>{logits.data(), n, s.dims.vocab, s.dims.vocab},
                            static_cast<T>(1.0 / config_.m_width));
@@ -135,8 +134,8 @@ public:
     }
 
 protected:
-    model_core(model_config c, std::vector<T> params)
-        : config_(std::move(c)), layout_(config_), params_(std::move(params)) {
+    model_core(model_config c, std::span<const T> params)
+        : config_(std::move(c)), layout_(config_), params_(params.begin(), params.end()) {
         if (static_cast<std::int64_t>(params_.size()) != layout_.size())
             detail::fail("model: ", params_.size(), " parameters given, the schedule needs ", layout_.size());
         embedding_ = layout_.at("transformer.wte.weight");
@@ -153,7 +152,7 @@ protected:
 
     model_config config_;
     parameter_layout layout_;
-    std::vector<T> params_;  // one contiguous buffer; blocks point into it
+    aligned_vector<T> params_;  // one contiguous buffer; blocks point into it
     tensor_info embedding_, final_norm_, head_;
 };
 
@@ -167,7 +166,7 @@ class model : public detail::model_core<Backend, model<Backend>> {
 public:
     using T = typename Backend::scalar;
 
-    model(model_config c, std::vector<T> params) : core(std::move(c), std::move(params)) {
+    model(model_config c, std::span<const T> params) : core(std::move(c), params) {
         for (int i = 0; i < this->schedule().layers(); ++i)
             blocks_.push_back(detail::make_block<Backend>(this->config_, this->layout_, this->params_.data(), i,
                                                           dynamic_width{this->schedule().width(i)}));
@@ -206,8 +205,8 @@ class static_model : public detail::model_core<Backend, static_model<Backend, S>
 public:
     using T = typename Backend::scalar;
 
-    static_model(model_config c, std::vector<T> params)
-        : core(check(std::move(c)), std::move(params)), blocks_(make_blocks(std::make_index_sequence<L>{})) {}
+    static_model(model_config c, std::span<const T> params)
+        : core(check(std::move(c)), params), blocks_(make_blocks(std::make_index_sequence<L>{})) {}
     static_model(static_model&&) noexcept = default;
 
     template <class F>

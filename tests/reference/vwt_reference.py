@@ -85,12 +85,13 @@ class Reference:
         rot = torch.cat([-x[..., d // 2:], x[..., : d // 2]], -1)
         return x * cos + rot * sin
 
-    def resize_to(self, x, width, history):
-        """Truncate, or grow from the most recent earlier state that had each coordinate."""
+    def resize_to(self, x, width, history, method):
+        """Truncate, or grow: from the most recent earlier state that had each coordinate
+        (method "move_up"), or with zeros (method "zero")."""
         if width <= x.shape[-1]:
             return x[..., :width]
         parts, start = [x], x.shape[-1]
-        if self.resize == "move_up":
+        if method == "move_up":
             for cand in reversed(history):
                 if cand.shape[-1] <= start:
                     continue
@@ -112,7 +113,7 @@ class Reference:
         history = [x]
         causal = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
         for i, w in enumerate(self.widths):
-            x = self.resize_to(x, w, history)
+            x = self.resize_to(x, w, history, self.resize)
             d, G = w // self.H, self.H // self.Hkv
             pre = f"transformer.h.{i}."
             a = self.rmsnorm(x, p[pre + "ln_1.weight"])
@@ -134,7 +135,9 @@ class Reference:
             x = x + self.m_res * ((u * torch.nn.functional.silu(gate)) @ p[pre + "mlp_block.c_proj.weight"].T)
             history.append(x)
         y = self.rmsnorm(x, p["transformer.ln_f.weight"])
-        y = self.resize_to(y, self.h, history[:-1]) if y.shape[-1] < self.h else y[..., : self.h]
+        # The resize to the unembedding width is move_up whatever the model's resize method
+        # (semantics.md section 2, step 3): a zero-resize model restores [w_L, h) too.
+        y = self.resize_to(y, self.h, history, "move_up")
         return (y @ p["lm_head.weight"].T) / self.m_width
 
     def logits(self, tokens):
@@ -160,6 +163,7 @@ CASES = [
     ("x_tiny_l8", [208, 152, 104, 72, 56, 40, 88, 208], 128, 4, 4, True, "move_up", "F32"),
     ("x_narrow_ends", [48, 96, 32, 64, 40], 80, 4, 4, True, "move_up", "F32"),  # w_1 < h, w_L < h
     ("x_zero_resize", [48, 96, 32, 64, 40], 80, 4, 4, True, "zero", "F32"),
+    ("x_zero_resize_l6", [64, 128, 48, 96, 32, 80], 96, 4, 4, True, "zero", "F32"),  # w_L < h after a wider layer
     ("diamond", [64, 96, 128, 96, 64], 96, 4, 4, True, "move_up", "F32"),
     ("uniform_mup", [96, 96, 96, 96], 96, 4, 4, True, "move_up", "F32"),
     ("uniform_llama", [128, 128, 128], 128, 4, 4, False, "move_up", "F32"),

@@ -21,6 +21,28 @@ std::string eta(double seconds) {
     return buf;
 }
 
+// Keeps the entries of log.jsonl up to `step` (the checkpoint a run resumes from), replacing the
+// file atomically: steps a killed run logged after its last checkpoint are run again and must not
+// appear twice. A torn last line (a kill mid-write) is dropped too.
+void truncate_log(const std::filesystem::path& path, std::int64_t step) {
+    if (!std::filesystem::exists(path)) return;
+    const auto bytes = io::read_file_bytes(path);
+    std::string kept, line;
+    for (std::size_t begin = 0; begin < bytes.size();) {
+        std::size_t end = begin;
+        while (end < bytes.size() && bytes[end] != '\n') ++end;
+        line.assign(bytes.begin() + static_cast<std::ptrdiff_t>(begin), bytes.begin() + static_cast<std::ptrdiff_t>(end));
+        const bool complete = end < bytes.size();
+        begin = end + 1;
+        if (!complete) break;
+        const auto entry = nlohmann::json::parse(line, nullptr, false);
+        if (entry.is_discarded() || !entry.is_object() || !entry.contains("step") || !entry["step"].is_number_integer())
+            continue;
+        if (entry["step"].get<std::int64_t>() <= step) kept += line + '\n';
+    }
+    io::write_file_atomic(path, kept);
+}
+
 }  // namespace
 
 void add_train_commands(CLI::App& app) {
@@ -86,8 +108,12 @@ void add_train_commands(CLI::App& app) {
             if (decay == train::lr_decay::power) t.lr.tokens_per_step = static_cast<double>(o->batch) * o->accumulate * o->seq;
             std::filesystem::create_directories(o->out);
             train::trainer<float> tr(c, std::move(params), std::move(data), t);
-            if (o->resume) tr.resume();
-            std::ofstream log(std::filesystem::path(o->out) / "log.jsonl", o->resume ? std::ios::app : std::ios::trunc);
+            const auto log_path = std::filesystem::path(o->out) / "log.jsonl";
+            if (o->resume) {
+                tr.resume();
+                truncate_log(log_path, tr.step());
+            }
+            std::ofstream log(log_path, o->resume ? std::ios::app : std::ios::trunc);
             const auto start = std::chrono::steady_clock::now();
             const auto first = tr.step();
             tr.run([&](const train::step_report& r) {

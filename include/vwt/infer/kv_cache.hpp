@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "../detail/aligned.hpp"
 #include "../error.hpp"
 #include "../residual_view.hpp"
 #include "../schedule/schedule.hpp"
@@ -19,8 +20,8 @@ public:
             detail::fail("KV cache capacity ", capacity, " must be in 1..", s.dims.context, " (the model's context)");
         for (int i = 0; i < s.layers(); ++i) {
             const index_t row = static_cast<index_t>(s.dims.kv_heads) * s.head_dim(i);
-            layers_.push_back({std::vector<T>(static_cast<std::size_t>(row * capacity)),
-                               std::vector<T>(static_cast<std::size_t>(row * capacity)), row});
+            layers_.push_back({aligned_vector<T>(static_cast<std::size_t>(row * capacity)),
+                               aligned_vector<T>(static_cast<std::size_t>(row * capacity)), row});
         }
     }
 
@@ -50,7 +51,7 @@ public:
 
 private:
     struct layer_storage {
-        std::vector<T> k, v;
+        aligned_vector<T> k, v;
         index_t row;
     };
     std::vector<layer_storage> layers_;

@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../detail/aligned.hpp"
 #include "../infer/kv_cache.hpp"
 #include "../model_config.hpp"
 #include "../residual_view.hpp"
@@ -39,7 +40,7 @@ struct batch_sequence {
 // Scratch memory of one forward pass, sized for the widest layer.
 template <class T>
 struct block_scratch {
-    std::vector<T> normed, qkv, q, attn, fused, act;
+    aligned_vector<T> normed, qkv, q, attn, fused, act;
     void reserve(index_t rows, const dynamic_schedule& s) {
         const index_t w = s.max_width, hd = s.max_width / s.dims.heads;
         normed.resize(static_cast<std::size_t>(rows * s.residual_width));

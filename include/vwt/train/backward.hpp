@@ -124,14 +124,12 @@ double loss_and_gradient(const typename Backend::context_type& ctx, const model_
         Backend::matmul_nt(ctx, act, weight(pre + "mlp_block.c_proj.weight", w, 4 * w), layer, res, T(1));
     }
     // Final norm over the last layer's wl columns; the head reads h of them, the columns
-    // [wl, h) coming from the residual stream (move_up) or zero when wl < h.
+    // [wl, h) coming from the residual stream when wl < h: the resize to the head is move_up for
+    // every model, zero-resize ones included (semantics.md section 2.3).
     const index_t wl = s.width(s.layers() - 1), head_cols = std::max(wl, h);
     const auto head_in = sized<T>(ws.head_in, rows, head_cols);
     Backend::rmsnorm(ctx, x.first_cols(wl), P("transformer.ln_f.weight"), head_in.first_cols(wl), eps);
-    if (wl < h) {
-        if (c.resize == resize_method::move_up) Backend::copy(x.cols_range(wl, h), head_in.cols_range(wl, h));
-        else Backend::fill(head_in.cols_range(wl, h), T(0));
-    }
+    if (wl < h) Backend::copy(x.cols_range(wl, h), head_in.cols_range(wl, h));
     const auto logits = sized<T>(ws.logits, rows, V);
     Backend::matmul_nt(ctx, head_in.first_cols(h), weight("lm_head.weight", V, h), logits, inv_width);
     const double loss = Backend::cross_entropy(ctx, logits, batch.targets.data(), static_cast<T>(1.0 / static_cast<double>(rows)));
@@ -144,7 +142,7 @@ double loss_and_gradient(const typename Backend::context_type& ctx, const model_
     if (wl > h) Backend::fill(d_head_in.cols_range(h, wl), T(0));
     const auto dx = sized<T>(ws.dx, rows, W);
     Backend::fill(dx, T(0));
-    if (wl < h && c.resize == resize_method::move_up) Backend::copy(d_head_in.cols_range(wl, h), dx.cols_range(wl, h));
+    if (wl < h) Backend::copy(d_head_in.cols_range(wl, h), dx.cols_range(wl, h));
     Backend::rmsnorm_backward(ctx, x.first_cols(wl), P("transformer.ln_f.weight"), d_head_in.first_cols(wl),
                               dx.first_cols(wl), D("transformer.ln_f.weight"), eps);
     for (int i = s.layers() - 1; i >= 0; --i) {

@@ -52,7 +52,7 @@ double validation_loss(const model_config& c, const parameter_layout& layout, st
     (void)layout;
     const std::size_t n = limit ? std::min(limit, data.validation_windows()) : data.validation_windows();
     if (n == 0) return std::nan("");
-    const model<cpu::backend<T>> m(c, std::vector<T>(params.begin(), params.end()));
+    const model<cpu::backend<T>> m(c, params);
     const int V = m.vocab();
     double sum = 0;
     std::vector<int> x, y;
@@ -81,8 +81,8 @@ inline std::string checkpoint_name(std::int64_t step) {
 template <class T>
 class trainer {
 public:
-    trainer(model_config c, std::vector<T> params, window_loader data, train_options o)
-        : c_(std::move(c)), layout_(c_), params_(std::move(params)), data_(std::move(data)), o_(std::move(o)),
+    trainer(model_config c, std::span<const T> params, window_loader data, train_options o)
+        : c_(std::move(c)), layout_(c_), params_(params.begin(), params.end()), data_(std::move(data)), o_(std::move(o)),
           opt_(c_, layout_, o_.adam) {
         if (static_cast<std::int64_t>(params_.size()) != layout_.size()) vwt::detail::fail("trainer: parameter buffer of the wrong size");
         if (o_.batch < 1 || o_.accumulate < 1 || o_.threads < 1) vwt::detail::fail("trainer: batch, accumulate and threads must be >= 1");
@@ -96,7 +96,7 @@ public:
     // non-finite loss, leaving the last checkpoint as it was.
     void run(const std::function<void(const step_report&)>& report = {}) {
         using backend = cpu::backend<T>;
-        std::vector<T> grad(params_.size());
+        aligned_vector<T> grad(params_.size());
         gradient_workspace<backend> workspace;
         std::vector<int> tokens, targets, x, y;
         while (step_ < o_.steps) {
@@ -190,7 +190,7 @@ public:
 private:
     model_config c_;
     parameter_layout layout_;
-    std::vector<T> params_;
+    aligned_vector<T> params_;  // aligned, so that a step's rounding does not depend on the heap
     window_loader data_;
     train_options o_;
     adamw<T> opt_;

@@ -16,6 +16,7 @@
 
 #include <Eigen/Core>
 
+#include "../../detail/aligned.hpp"
 #include "../../residual_view.hpp"
 
 // OpenMP when the build enables it (vwt::vwt links OpenMP::OpenMP_CXX); serial otherwise.
@@ -36,10 +37,10 @@ template <class T>
 struct backend {
     using scalar = T;
     using context_type = context;
-    // Host memory aligned for Eigen's widest packets: a reduction's order (and so its rounding)
-    // depends on where its data starts, so aligned buffers make results repeat run after run.
+    // Host memory on 64-byte boundaries: a reduction's order (and so its rounding) depends on
+    // where its data starts, so aligned buffers make results repeat run after run.
     template <class U = T>
-    using buffer = std::vector<U, Eigen::aligned_allocator<U>>;
+    using buffer = aligned_vector<U>;
 
     using matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
     using map = Eigen::Map<matrix, Eigen::Unaligned, Eigen::OuterStride<>>;
