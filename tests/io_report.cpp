@@ -95,3 +95,25 @@ TEST_CASE("schedule flags: presets, overrides and explicit widths") {
                       Catch::Matchers::Contains("--shape: unknown shape 'hexagon'"));
     CHECK_THROWS_WITH(parse({"--hidden", "64"}, name, base), Catch::Matchers::Contains("at least --layers, --hidden and --heads"));
 }
+
+using Catch::Matchers::Contains;
+
+TEST_CASE("XML text is escaped in one place, and every SVG label goes through it") {
+    CHECK(vwt::io::xml_text("><former & \"x\" 'y'") == "&gt;&lt;former &amp; &quot;x&quot; &apos;y&apos;");
+    const auto svg = vwt::io::schedule_svg(vwt::make_schedule(vwt::presets::tiny_l6), "a < b & c");
+    CHECK_THAT(svg, Contains("a &lt; b &amp; c") && Contains("&gt;&lt;former"));
+    CHECK_THAT(svg, !Contains("><former") && !Contains("a < b"));
+}
+
+TEST_CASE("byte strings become valid UTF-8: each ill-formed subpart is one U+FFFD") {
+    using vwt::io::valid_utf8;
+    const std::string fffd = "\xEF\xBF\xBD";
+    CHECK(valid_utf8("plain ascii") == "plain ascii");
+    CHECK(valid_utf8("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80") == "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80");
+    CHECK(valid_utf8("euro cut \xE2\x82") == "euro cut " + fffd);          // a character split at the end
+    CHECK(valid_utf8("\x80x") == fffd + "x");                                // stray continuation byte
+    CHECK(valid_utf8("\xC0\xAF") == fffd + fffd);                            // overlong '/'
+    CHECK(valid_utf8("\xED\xA0\x80") == fffd + fffd + fffd);                 // surrogate U+D800
+    CHECK(valid_utf8("\xF4\x90\x80\x80") == fffd + fffd + fffd + fffd);      // above U+10FFFF
+    CHECK(valid_utf8("\xE2\x82x\xE2\x82\xAC") == fffd + "x\xE2\x82\xAC");    // truncated, then a whole one
+}

@@ -34,11 +34,13 @@ TEST_CASE("safetensors: structural faults are rejected with a reason") {
     rejects({1, 2, 3}, "shorter than the 8-byte header length");
     rejects(file_with("{}", 0, 200'000'000), "exceeds the limit of 100000000 bytes");
     rejects(file_with("{}", 0, 50), "header length 50 is larger than the 2 bytes after the length");
-    rejects(file_with("{\"a\": ", 0), "not valid UTF-8 JSON");
-    rejects(file_with("{\"a\": \"\xff\xfe\"}", 0), "not valid UTF-8 JSON");
+    rejects(file_with("{\"a\": ", 0), "header: not valid JSON");
+    rejects(file_with("{\"a\": \"\xff\xfe\"}", 0), "header: not valid JSON");
+    rejects(file_with("{\"a\": 1e400}", 0), "header: not valid JSON");
+    rejects(file_with("{\"a\": " + std::string(200, '[') + std::string(200, ']') + "}", 0), "nested deeper than 4 levels");
     rejects(file_with("[1, 2]", 0), "header is not a JSON object");
     rejects(file_with(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4),
-            "has the key 't' twice");
+            "the key 't' appears twice");
     rejects(file_with(R"({"t":{"dtype":"F33","shape":[1],"data_offsets":[0,4]}})", 4), "unknown dtype 'F33'");
     rejects(file_with(R"({"t":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4), "non-negative integers");
     rejects(file_with(R"({"t":{"dtype":"F32","shape":"1","data_offsets":[0,4]}})", 4), "shape is not a list");
@@ -86,6 +88,38 @@ TEST_CASE("safetensors: a valid file is read exactly, in every float dtype") {
         CHECK(bb[0] == Approx(0.1f).epsilon(type == vwt::io::dtype::f32 ? 0 : 4e-3));
     }
     std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("safetensors: a zero dimension does not hide an overflowing shape") {
+    rejects(file_with(R"({"t":{"dtype":"U8","shape":[4611686018427387904,2,0],"data_offsets":[0,0]}})", 0), "shape size overflows");
+    rejects(file_with(R"({"t":{"dtype":"F32","shape":[9223372036854775807,0],"data_offsets":[0,0]}})", 0), "shape size overflows");
+    const auto ok = file_with(R"({"t":{"dtype":"F32","shape":[1000,0],"data_offsets":[0,0]}})", 0);
+    const vwt::io::safetensors_view st(ok, "ok.safetensors");
+    CHECK(st.find("t")->numel() == 0);
+}
+
+TEST_CASE("config: the authors' use_interleaved_weights selects the c_fc layout, both ways") {
+    auto c = vwt::model_config::mup(vwt::make_schedule(vwt::presets::tiny_l6));
+    c.mlp = vwt::mlp_layout::interleaved;
+    const auto j = vwt::io::config_to_json(c);
+    CHECK(j["mlp_blocks"][3]["use_interleaved_weights"] == true);
+    CHECK(vwt::io::config_from_json(j, "c.json").mlp == vwt::mlp_layout::interleaved);
+    auto split = j;
+    for (auto& b : split["mlp_blocks"]) b["use_interleaved_weights"] = false;
+    CHECK(vwt::io::config_from_json(split, "c.json").mlp == vwt::mlp_layout::split);
+    // lm_engine's default when the field is absent: not interleaved.
+    for (auto& b : split["mlp_blocks"]) b.erase("use_interleaved_weights");
+    CHECK(vwt::io::config_from_json(split, "c.json").mlp == vwt::mlp_layout::split);
+}
+
+TEST_CASE("config: attention_multiplier is the authors' score scale; null means 1/sqrt(head dim)") {
+    const auto c = vwt::model_config::mup(vwt::make_schedule(vwt::presets::tiny_l6));
+    auto j = vwt::io::config_to_json(c);
+    CHECK(vwt::io::config_from_json(j, "c.json").attention_scale(2) == Approx(1.0 / c.schedule.head_dim(2)).epsilon(1e-15));
+    j["sequence_mixer_blocks"][2]["attention_multiplier"] = nullptr;
+    CHECK(vwt::io::config_from_json(j, "c.json").attention_scale(2) == Approx(1.0 / std::sqrt(c.schedule.head_dim(2))));
+    j["sequence_mixer_blocks"][2]["attention_multiplier"] = 0.5;
+    CHECK(vwt::io::config_from_json(j, "c.json").attention_scale(2) == 0.5);
 }
 
 TEST_CASE("half conversions round to nearest even and handle the edges") {
@@ -136,6 +170,7 @@ TEST_CASE("model directories: bad configs and mismatched tensors are named") {
     SECTION("config widths that do not fit the weights") {
         auto j = vwt::io::config_to_json(m.config);
         j["widths"] = {144, 88, 48, 32, 64, 136};
+        j["mlp_blocks"][5]["intermediate_size"] = 4 * 136;
         m.write("config.json", j.dump());
         CHECK_THROWS_WITH(vwt::io::load_model_dir(m.dir),
                           Contains("tensor 'transformer.h.5.ln_1.weight' has shape [144], the schedule needs [136]"));
@@ -143,6 +178,7 @@ TEST_CASE("model directories: bad configs and mismatched tensors are named") {
     SECTION("a width the heads do not divide") {
         auto j = vwt::io::config_to_json(m.config);
         j["widths"] = {144, 88, 48, 30, 64, 144};
+        j["mlp_blocks"][3]["intermediate_size"] = 4 * 30;
         m.write("config.json", j.dump());
         CHECK_THROWS_WITH(vwt::io::load_model_dir(m.dir), Contains("config.json") && Contains("width 30 of layer 4"));
     }
@@ -175,9 +211,88 @@ TEST_CASE("model directories: bad configs and mismatched tensors are named") {
         };
         rejects_config([](auto& j) { j.erase("widths"); }, "missing field 'widths'");
         rejects_config([](auto& j) { j["model_type"] = "llama"; }, "model_type 'llama'");
-        rejects_config([](auto& j) { j["hidden_size"] = "ninety-six"; }, "field 'hidden_size' has the wrong type");
-        rejects_config([](auto& j) { j["expand_method"] = "gaussian"; }, "expand_method 'gaussian' is not supported");
+        rejects_config([](auto& j) { j["hidden_size"] = "ninety-six"; }, "field 'hidden_size' is not an integer");
+        rejects_config([](auto& j) { j["expand_method"] = "gaussian"; }, "field 'expand_method' is 'gaussian'; vwt implements move_up, zero");
         rejects_config([](auto& j) { j["tie_word_embeddings"] = true; }, "tied embeddings are not supported");
+        rejects_config([](auto& j) { j.erase("tie_word_embeddings"); }, "absent (tied, lm_engine's default)");
+        // Numbers: integers must be integers, in range; nothing wraps or truncates.
+        rejects_config([](auto& j) { j["widths"][0] = 48.5; }, "field 'widths[0]' is 48.5, not an integer");
+        rejects_config([](auto& j) { j["hidden_size"] = 4294967328LL; }, "field 'hidden_size' is 4294967328, above the limit of 65536");
+        rejects_config([](auto& j) { j["vocab_size"] = 1e20; }, "field 'vocab_size' is 1e+20, not an integer");
+        rejects_config([](auto& j) { j["vocab_size"] = -5; }, "field 'vocab_size' is -5, below the minimum of 1");
+        rejects_config([](auto& j) { j["num_layers"] = 20000; }, "field 'num_layers' is 20000, above the limit of 4096");
+        rejects_config([](auto& j) { j["widths"][2] = 1 << 30; }, "field 'widths[2]' is 1073741824, above the limit of 65536");
+        rejects_config([](auto& j) { j["widths"] = {144, 88}; }, "field 'widths' holds 2 values, expected 6");
+        rejects_config([](auto& j) { j["m_width"] = 0; }, "field 'm_width' is 0, outside");
+        rejects_config([](auto& j) { j["bos_token_id"] = 300; }, "field 'bos_token_id' is 300, above the limit of 257");
+        // What vwt does not implement is refused, not ignored (lm_engine's defaults count).
+        rejects_config([](auto& j) { j["mlp_blocks"][2]["mlp_type"] = "MoE"; }, "'mlp_blocks[2].mlp_type' is 'MoE': MoE layers are not implemented");
+        rejects_config([](auto& j) { j["mlp_blocks"][2]["mlp_type"] = "Energy"; }, "field 'mlp_blocks[2].mlp_type' is 'Energy'; vwt implements MLP");
+        rejects_config([](auto& j) { j["mlp_blocks"][0]["activation_function"] = "gelu"; },
+                       "field 'mlp_blocks[0].activation_function' is 'gelu'; vwt implements swiglu");
+        rejects_config([](auto& j) { j["mlp_blocks"][0].erase("activation_function"); },
+                       "is 'gelu_pytorch_tanh' (the default of the authors' format); vwt implements swiglu");
+        rejects_config([](auto& j) { j["mlp_blocks"][1]["add_bias"] = true; }, "'mlp_blocks[1].add_bias' is true: MLP biases are not implemented");
+        rejects_config([](auto& j) { j["mlp_blocks"][1]["use_interleaved_weights"] = true; }, "differs from layer 0's");
+        rejects_config([](auto& j) { j["sequence_mixer_blocks"][4]["add_bias"] = true; }, "attention biases are not implemented");
+        rejects_config([](auto& j) { j["sequence_mixer_blocks"][4]["sequence_mixer_type"] = "mamba2"; },
+                       "'sequence_mixer_blocks[4].sequence_mixer_type' is 'mamba2'; vwt implements softmax_attention");
+        rejects_config([](auto& j) { j["sequence_mixer_blocks"][4]["sliding_window"] = 128; }, "sliding-window attention is not implemented");
+        rejects_config([](auto& j) { j["normalization_function"] = "layernorm"; }, "'normalization_function' is 'layernorm'; vwt implements rmsnorm");
+        rejects_config([](auto& j) { j.erase("normalization_function"); }, "(the default of the authors' format)");
+        rejects_config([](auto& j) { j["position_embedding_type"] = "learned_absolute"; }, "vwt implements rope");
+        rejects_config([](auto& j) { j["rope_scaling"] = {{"type", "linear"}}; }, "RoPE scaling is not implemented");
+        rejects_config([](auto& j) { j["wide_unembedding"] = true; }, "wide_unembedding is not implemented");
+        rejects_config([](auto& j) { j["vwt_mlp_layout"] = "interleaved"; }, "disagree");
+    }
+    SECTION("malformed JSON numbers and nesting are errors, not crashes") {
+        const auto text = vwt::io::config_to_json(m.config).dump();
+        std::string huge = text;
+        huge.replace(huge.find("\"m_emb\":") + 8, 4, "1e400");
+        m.write("config.json", huge);
+        CHECK_THROWS_WITH(vwt::io::load_model_dir(m.dir), Contains("config.json") && Contains("not valid JSON"));
+        std::string deep = text;
+        deep.replace(deep.find("\"sequence_mixer_blocks\":[") + 25, 0, std::string(100000, '[') + std::string(100000, ']') + ",");
+        m.write("config.json", deep);
+        CHECK_THROWS_WITH(vwt::io::load_model_dir(m.dir), Contains("config.json") && Contains("nested deeper than 64 levels"));
+    }
+    SECTION("the config is checked against the weights before anything is allocated") {
+        // 4000 layers of width 65536 would be ~800 TB of parameters: the missing tensor is reported
+        // (a std::bad_alloc here would mean the buffer was allocated first).
+        auto j = vwt::io::config_to_json(m.config);
+        j["num_layers"] = 4000;
+        j["hidden_size"] = 65536;
+        j["widths"] = std::vector<int>(4000, 65536);
+        j["sequence_mixer_blocks"] = std::vector<nlohmann::ordered_json>(4000, j["sequence_mixer_blocks"][0]);
+        auto mlp = j["mlp_blocks"][0];
+        mlp["intermediate_size"] = 4 * 65536;
+        j["mlp_blocks"] = std::vector<nlohmann::ordered_json>(4000, mlp);
+        m.write("config.json", j.dump());
+        CHECK_THROWS_WITH(vwt::io::load_model_dir(m.dir), Contains("tensor 'transformer.wte.weight' has shape [258, 96], the schedule needs [258, 65536]"));
+        std::filesystem::remove(m.dir / "config.json");
+        std::filesystem::create_directory(m.dir / "config.json");
+        CHECK_THROWS_WITH(vwt::io::load_model_dir(m.dir), Contains("config.json") && Contains("not a regular file"));
+    }
+    SECTION("a generator with quantize_to 0 or absurd factors is reported, not converted") {
+        auto spec = vwt::presets::tiny_l6;
+        auto j = vwt::io::config_to_json(m.config, &spec);
+        std::vector<std::string> logged;
+        const vwt::io::log_function log = [&](const std::string& w) { logged.push_back(w); };
+        for (const auto& [key, value] : std::vector<std::pair<std::string, double>>{{"quantize_to", 0}, {"expansion_factor", 1e300}}) {
+            auto bad = j;
+            bad[key] = value;
+            if (key == "quantize_to") bad[key] = 0;
+            m.write("config.json", bad.dump());
+            logged.clear();
+            CHECK_NOTHROW(vwt::io::load_model_dir(m.dir, log));
+            REQUIRE(logged.size() == 1);
+            CHECK_THAT(logged[0], Contains("do not form a schedule; using 'widths'"));
+        }
+    }
+    SECTION("a weights file that is a directory") {
+        std::filesystem::remove(m.dir / "model.safetensors");
+        std::filesystem::create_directory(m.dir / "model.safetensors");
+        CHECK_THROWS_WITH(vwt::io::load_model_dir(m.dir), Contains("model.safetensors") && Contains("not a regular file"));
     }
     SECTION("unsupported tensor dtype") {
         auto bytes = vwt::io::read_file_bytes(m.dir / "model.safetensors");

@@ -164,6 +164,7 @@ TEST_CASE("config widths that disagree with their generator parameters are repor
     auto widths = j["widths"].get<std::vector<int>>();
     widths[3] += 8;
     j["widths"] = widths;
+    j["mlp_blocks"][3]["intermediate_size"] = 4 * widths[3];
     const auto c = vwt::io::config_from_json(j, "c.json", log);
     REQUIRE(logged.size() == 1);
     CHECK_THAT(logged[0], Catch::Matchers::Contains("other widths than the 'widths' list"));

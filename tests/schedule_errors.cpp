@@ -25,13 +25,13 @@ TEST_CASE("model dimensions are validated") {
     CHECK_THROWS_WITH(vwt::dynamic_schedule(d, {64, 64}), Contains("kv heads (3) must be positive and divide heads (4)"));
     d = dims(2);
     d.heads = 0;
-    CHECK_THROWS_WITH(vwt::dynamic_schedule(d, {64, 64}), Contains("heads must be positive"));
+    CHECK_THROWS_WITH(vwt::dynamic_schedule(d, {64, 64}), Contains("heads must be in 1..4096, got 0"));
     d = dims(2);
     d.vocab = 0;
-    CHECK_THROWS_WITH(vwt::dynamic_schedule(d, {64, 64}), Contains("vocab must be positive"));
+    CHECK_THROWS_WITH(vwt::dynamic_schedule(d, {64, 64}), Contains("vocab must be in 1..16777216, got 0"));
     d = dims(2);
     d.moe = {8, 9, 32};
-    CHECK_THROWS_WITH(vwt::dynamic_schedule(d, {64, 64}), Contains("experts_per_token (9) <= experts (8)"));
+    CHECK_THROWS_WITH(vwt::dynamic_schedule(d, {64, 64}), Contains("experts (8) in 0..4096, 0 < experts_per_token (9) <= experts"));
 }
 
 TEST_CASE("generator requests are validated") {

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "schedule/schedule.hpp"
 
@@ -36,9 +37,12 @@ struct model_config {
     double rope_theta = 10000.0;
     resize_method resize = resize_method::move_up;
     mlp_layout mlp = mlp_layout::split;
-    int bos_token_id = 256;
-    int eos_token_id = 257;
-    int pad_token_id = 257;
+    // Per-layer attention score multipliers as a checkpoint states them (the authors'
+    // `attention_multiplier`); empty: derived from the parametrisation (1/d or 1/sqrt(d)).
+    std::vector<double> attention_multipliers{};
+    int bos_token_id = -1;  // special ids; -1: the model has none
+    int eos_token_id = -1;
+    int pad_token_id = -1;
 
     // The paper's dense configs: m_emb 12, m_residual 0.22, m_width 8, init range 0.1, 1/d.
     static model_config mup(dynamic_schedule s) {
@@ -57,6 +61,7 @@ struct model_config {
     }
 
     double attention_scale(int layer) const {
+        if (!attention_multipliers.empty()) return attention_multipliers.at(static_cast<std::size_t>(layer));
         const double d = schedule.head_dim(layer);
         return param == parametrization::mup ? 1.0 / d : 1.0 / std::sqrt(d);
     }

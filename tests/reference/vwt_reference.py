@@ -124,8 +124,7 @@ class Reference:
             q, k = self.rope(q, pos), self.rope(k, pos)
             k = k.repeat_interleave(G, dim=2)
             v = v.repeat_interleave(G, dim=2)
-            scale = 1.0 / d if self.mup else 1.0 / math.sqrt(d)
-            s = torch.einsum("bthd,bshd->bhts", q, k) * scale
+            s = torch.einsum("bthd,bshd->bhts", q, k) * self.attention_scale(d)
             s = s.masked_fill(causal, float("-inf"))
             o = torch.einsum("bhts,bshd->bthd", s.softmax(-1), v).reshape(B, T, self.H * d)
             x = x + self.m_res * (o @ p[pre + "sequence_mixer.c_proj.weight"].T)
@@ -140,6 +139,10 @@ class Reference:
         y = self.resize_to(y, self.h, history, "move_up")
         return (y @ p["lm_head.weight"].T) / self.m_width
 
+    def attention_scale(self, d):
+        """muP scores by 1/d (the authors' attention_multiplier), standard by 1/sqrt(d)."""
+        return 1.0 / d if self.mup else 1.0 / math.sqrt(d)
+
     def logits(self, tokens):
         return self.forward(torch.tensor([tokens]))[0]
 
@@ -150,10 +153,13 @@ class Reference:
             "expand_method": self.resize, "init_method": "mup" if self.mup else "normal",
             "m_emb": self.m_emb, "m_residual": self.m_res, "m_width": self.m_width,
             "initializer_range": self.range, "layer_norm_epsilon": self.eps, "rope_theta": self.theta,
-            "tie_word_embeddings": False,
-            "sequence_mixer_blocks": [{"num_attention_heads": self.H, "num_key_value_heads": self.Hkv}
-                                      for _ in self.widths],
-            "mlp_blocks": [{"mlp_type": "MLP", "intermediate_size": 4 * w} for w in self.widths],
+            "tie_word_embeddings": False, "normalization_function": "rmsnorm", "position_embedding_type": "rope",
+            "sequence_mixer_blocks": [{"sequence_mixer_type": "softmax_attention", "num_attention_heads": self.H,
+                                       "num_key_value_heads": self.Hkv,
+                                       "attention_multiplier": self.attention_scale(w // self.H)}
+                                      for w in self.widths],
+            "mlp_blocks": [{"mlp_type": "MLP", "activation_function": "swiglu", "intermediate_size": 4 * w}
+                           for w in self.widths],
         }
 
 

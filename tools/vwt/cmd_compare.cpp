@@ -61,7 +61,7 @@ std::string curves_svg(const std::vector<std::vector<run_result>>& runs, const s
             for (const auto& [s, l] : r.curve) o << px(double(s)) << ',' << py(l) << ' ';
             o << "\"/>\n";
         }
-        o << "<text x=\"" << W - R - 120 << "\" y=\"" << T + 16 * (m + 1) << "\" fill=\"" << colours[m % 2] << "\">" << names[m]
+        o << "<text x=\"" << W - R - 120 << "\" y=\"" << T + 16 * (m + 1) << "\" fill=\"" << colours[m % 2] << "\">" << io::xml_text(names[m])
           << "</text>\n";
     }
     o << "</svg>\n";
@@ -142,20 +142,21 @@ void add_compare_command(CLI::App& app) {
                     g.max_new_tokens = std::min<int>(o->sample_tokens, cache.capacity() - static_cast<int>(prompt.size()));
                     g.sampling = {0.8, 40, 0.95};
                     g.seed = seed;
-                    r.sample = o->prompt + tok.decode(generate(model, cpu::context{o->threads}, cache, prompt, g));
+                    // Byte-level samples can stop inside a character: report.md stays valid UTF-8.
+                    r.sample = io::valid_utf8(o->prompt + tok.decode(generate(model, cpu::context{o->threads}, cache, prompt, g)));
                 }
                 runs[static_cast<std::size_t>(m)].push_back(std::move(r));
             }
         }
         nlohmann::ordered_json report;
-        report["data"] = o->data;
+        report["data"] = io::valid_utf8(o->data);
         report["seeds"] = o->seeds;
         report["steps"] = o->steps;
         report["batch"] = o->batch;
         report["seq"] = o->seq;
         report["lr"] = o->lr;
         std::ostringstream md;
-        md << "# vwt compare\n\nCorpus `" << o->data << "`, " << o->steps << " steps of " << o->batch << " x " << o->seq
+        md << "# vwt compare\n\nCorpus `" << io::valid_utf8(o->data) << "`, " << o->steps << " steps of " << o->batch << " x " << o->seq
            << " tokens, lr " << o->lr << " (cosine), seeds";
         for (auto s : o->seeds) md << ' ' << s;
         md << ".\n\n| model | widths | params | FLOPs/token | KV bytes/token | final validation loss (mean ± std) | tokens/s |\n"

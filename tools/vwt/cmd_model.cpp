@@ -102,7 +102,7 @@ void add_model_commands(CLI::App& app) {
             g.max_new_tokens = o->max_new;
             g.sampling = {o->temperature, o->top_k, o->top_p};
             g.seed = o->seed;
-            g.stop_tokens = {m.config().eos_token_id};
+            if (m.config().eos_token_id >= 0) g.stop_tokens = {m.config().eos_token_id};
             g.on_token = [&](int t) {
                 std::string bytes;
                 tok.append(bytes, t);
@@ -118,29 +118,27 @@ void add_model_commands(CLI::App& app) {
     {
         struct options {
             std::string model, out;
-            std::vector<int> tokens;
+            std::string tokens;
             int threads = 1;
         };
         auto o = std::make_shared<options>();
         auto* cmd = app.add_subcommand("logits", "write the float32 logits of every position, row-major [T x V], little endian");
         cmd->add_option("--model", o->model, "model directory")->required();
-        cmd->add_option("--tokens", o->tokens, "token ids, comma separated")->required()->delimiter(',');
+        cmd->add_option("--tokens", o->tokens, "token ids, comma separated")->required();
         cmd->add_option("--out", o->out, "output file")->required();
         cmd->add_option("--threads", o->threads, "CPU threads");
         cmd->callback([o] {
             const auto ctx = threads_context(o->threads);
             const auto m = load(o->model);
-            for (std::size_t i = 0; i < o->tokens.size(); ++i)
-                if (o->tokens[i] < 0 || o->tokens[i] >= m.vocab())
-                    detail::fail("--tokens: id ", o->tokens[i], " at position ", i, " is outside the vocabulary [0, ", m.vocab(), ")");
-            if (static_cast<int>(o->tokens.size()) > m.schedule().dims.context)
-                detail::fail("--tokens: ", o->tokens.size(), " tokens exceed the model's context of ", m.schedule().dims.context);
-            auto cache = m.make_cache(static_cast<int>(o->tokens.size()));
-            const sequence_input<float> in{&cache, o->tokens};
+            const auto tokens = io::parse_token_ids(o->tokens, m.vocab(), "--tokens");
+            if (static_cast<int>(tokens.size()) > m.schedule().dims.context)
+                detail::fail("--tokens: ", tokens.size(), " tokens exceed the model's context of ", m.schedule().dims.context);
+            auto cache = m.make_cache(static_cast<int>(tokens.size()));
+            const sequence_input<float> in{&cache, tokens};
             const auto logits = m.forward(ctx, std::span(&in, 1), logits_mode::all);
             static_assert(std::endian::native == std::endian::little, "logits are written as the host's floats");
             io::write_file_atomic(o->out, std::string_view(reinterpret_cast<const char*>(logits.data()), logits.size() * 4));
-            std::cout << "wrote " << o->out << " (" << o->tokens.size() << " x " << m.vocab() << " float32)\n";
+            std::cout << "wrote " << o->out << " (" << tokens.size() << " x " << m.vocab() << " float32)\n";
         });
     }
 }

@@ -19,6 +19,7 @@
 
 #include "../error.hpp"
 #include "atomic_file.hpp"
+#include "json.hpp"
 
 namespace vwt::io {
 
@@ -40,20 +41,20 @@ inline const dtype_info& info(dtype t) {
         if (d.type == t) return d;
     vwt::detail::fail("unknown dtype");
 }
+// The dtypes read_as converts to floating point.
+constexpr bool is_float(dtype t) { return t == dtype::f32 || t == dtype::f64 || t == dtype::f16 || t == dtype::bf16; }
 
 struct tensor_entry {
     std::string name;
     dtype type{};
     std::vector<std::int64_t> shape;
     std::uint64_t begin = 0, end = 0;  // offsets into the data buffer
-    std::int64_t numel() const {
-        std::int64_t n = 1;
-        for (auto s : shape) n *= s;
-        return n;
-    }
+    std::int64_t elements = 0;         // product of the shape, checked against overflow when read
+    std::int64_t numel() const { return elements; }
 };
 
 inline constexpr std::uint64_t max_header_bytes = 100'000'000;
+inline constexpr std::uint64_t max_config_bytes = 64u << 20;
 
 // Half-precision conversions (round to nearest even on the way down).
 inline float f16_to_f32(std::uint16_t h) {
@@ -146,24 +147,13 @@ private:
     [[noreturn]] void fail_here(const P&... p) const { vwt::detail::fail("safetensors '", source_, "': ", p...); }
 
     void parse_header(std::string_view text) {
-        // Duplicate keys: nlohmann keeps the last one silently, so watch the keys as they are parsed.
-        std::vector<std::set<std::string>> seen;
-        std::string duplicate;
-        nlohmann::json::parser_callback_t cb = [&](int, nlohmann::json::parse_event_t ev, nlohmann::json& parsed) {
-            using E = nlohmann::json::parse_event_t;
-            if (ev == E::object_start) seen.emplace_back();
-            else if (ev == E::object_end) { if (!seen.empty()) seen.pop_back(); }
-            else if (ev == E::key && !seen.empty() && !seen.back().insert(parsed.get<std::string>()).second && duplicate.empty())
-                duplicate = parsed.get<std::string>();
-            return true;
-        };
         nlohmann::json j;
         try {
-            j = nlohmann::json::parse(text.begin(), text.end(), cb);
-        } catch (const nlohmann::json::parse_error& e) {
-            fail_here("header is not valid UTF-8 JSON: ", e.what());
+            // A header is at most three levels deep ({"name": {"shape": [...]}}).
+            j = parse_json(std::span(text.data(), text.size()), "header", {.max_depth = 4});
+        } catch (const vwt::error& e) {
+            fail_here(e.what());
         }
-        if (!duplicate.empty()) fail_here("header has the key '", duplicate, "' twice");
         if (!j.is_object()) fail_here("header is not a JSON object");
         for (auto it = j.begin(); it != j.end(); ++it) {
             if (it.key() == "__metadata__") {
@@ -203,15 +193,20 @@ private:
         if (found == std::end(dtypes)) fail_here("tensor '", name, "' has unknown dtype '", dt, "'");
         t.type = found->type;
         if (!e["shape"].is_array()) fail_here("tensor '", name, "': shape is not a list");
-        std::uint64_t bytes = static_cast<std::uint64_t>(found->bytes);
+        // The product of the dimensions, checked at every step: a zero dimension makes the tensor
+        // empty, but the dimensions before it must still not overflow when multiplied.
+        std::uint64_t elements = 1;
         for (const auto& s : e["shape"]) {
             if (!s.is_number_unsigned()) fail_here("tensor '", name, "': shape entries must be non-negative integers");
             const auto v = s.get<std::uint64_t>();
-            if (v != 0 && bytes > UINT64_MAX / v) fail_here("tensor '", name, "': shape size overflows");
-            if (v > static_cast<std::uint64_t>(INT64_MAX)) fail_here("tensor '", name, "': dimension too large");
-            bytes *= v;
+            if (v > static_cast<std::uint64_t>(INT64_MAX) / static_cast<std::uint64_t>(found->bytes) ||
+                (v != 0 && elements > static_cast<std::uint64_t>(INT64_MAX) / static_cast<std::uint64_t>(found->bytes) / v))
+                fail_here("tensor '", name, "': shape size overflows");
+            elements *= v;
             t.shape.push_back(static_cast<std::int64_t>(v));
         }
+        t.elements = static_cast<std::int64_t>(elements);
+        const std::uint64_t bytes = elements * static_cast<std::uint64_t>(found->bytes);
         const auto& off = e["data_offsets"];
         if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
             fail_here("tensor '", name, "': data_offsets must be [begin, end] of non-negative integers");
@@ -231,15 +226,31 @@ private:
     std::map<std::string, std::string> metadata_;
 };
 
-inline std::vector<std::uint8_t> read_file_bytes(const std::filesystem::path& path) {
+// The whole of a file (a regular file, or a pipe or device read to its end); `max_bytes` bounds
+// what the caller is willing to hold.
+inline std::vector<std::uint8_t> read_file_bytes(const std::filesystem::path& path,
+                                                 std::uint64_t max_bytes = static_cast<std::uint64_t>(-1)) {
+    std::error_code ec;
+    const auto status = std::filesystem::status(path, ec);
+    if (ec || !std::filesystem::exists(status)) vwt::detail::fail("cannot open '", path.string(), "': no such file");
+    if (std::filesystem::is_directory(status)) vwt::detail::fail("cannot read '", path.string(), "': not a regular file but a directory");
     std::ifstream f(path, std::ios::binary);
     if (!f) vwt::detail::fail("cannot open '", path.string(), "'");
-    f.seekg(0, std::ios::end);
-    const auto size = static_cast<std::size_t>(f.tellg());
-    f.seekg(0);
-    std::vector<std::uint8_t> bytes(size);
-    if (size && !f.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size)))
-        vwt::detail::fail("cannot read '", path.string(), "'");
+    std::vector<std::uint8_t> bytes;
+    if (std::filesystem::is_regular_file(status)) {
+        const auto size = std::filesystem::file_size(path, ec);
+        if (ec) vwt::detail::fail("cannot read '", path.string(), "': ", ec.message());
+        if (size > max_bytes) vwt::detail::fail("'", path.string(), "' is ", size, " bytes, more than the ", max_bytes, " expected");
+        bytes.resize(static_cast<std::size_t>(size));
+        if (size && !f.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size)))
+            vwt::detail::fail("cannot read '", path.string(), "'");
+        return bytes;
+    }
+    char chunk[1 << 16];
+    while (f.read(chunk, sizeof chunk) || f.gcount() > 0) {
+        bytes.insert(bytes.end(), chunk, chunk + f.gcount());
+        if (bytes.size() > max_bytes) vwt::detail::fail("'", path.string(), "' holds more than the ", max_bytes, " bytes expected");
+    }
     return bytes;
 }
 

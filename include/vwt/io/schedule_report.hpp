@@ -11,6 +11,7 @@
 
 #include "../accounting.hpp"
 #include "../schedule/schedule.hpp"
+#include "text.hpp"
 
 namespace vwt::io {
 
@@ -147,10 +148,10 @@ inline std::string schedule_svg(const dynamic_schedule& s, const std::string& ti
     o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
       << "\" viewBox=\"0 0 " << width << ' ' << height << "\" font-family=\"sans-serif\" font-size=\"11\">\n"
       << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-      << "<text x=\"" << width / 2 << "\" y=\"20\" text-anchor=\"middle\" font-size=\"14\">" << title
+      << "<text x=\"" << width / 2 << "\" y=\"20\" text-anchor=\"middle\" font-size=\"14\">" << xml_text(title)
       << "</text>\n";
     const auto draw = [&](double x0, const char* name, const char* colour, auto width_of) {
-        o << "<text x=\"" << x0 + label_w + panel / 2 << "\" y=\"38\" text-anchor=\"middle\">" << name
+        o << "<text x=\"" << x0 + label_w + panel / 2 << "\" y=\"38\" text-anchor=\"middle\">" << xml_text(name)
           << "</text>\n";
         for (int i = 0; i < L; ++i) {
             const double y = top + (L - 1 - i) * (bar_h + gap);
@@ -164,7 +165,7 @@ inline std::string schedule_svg(const dynamic_schedule& s, const std::string& ti
               << "\" text-anchor=\"middle\" fill=\"white\">" << width_of(i) << "</text>\n";
         }
     };
-    draw(left, "&gt;&lt;former", "#c0392b", [&](int i) { return s.width(i); });
+    draw(left, "><former", "#c0392b", [&](int i) { return s.width(i); });
     draw(left + panel + label_w + 20, "uniform twin", "#2c3e50", [&](int) { return s.dims.hidden; });
     o << "<text x=\"" << left << "\" y=\"" << height - 12 << "\">layer 1 (input) at the bottom; bar length = width"
       << "</text>\n</svg>\n";

@@ -129,7 +129,7 @@ constexpr schedule_plan solve_plan(const schedule_spec& spec) {
         }
     }
     const double base = solver::base_width(spec.dims, s, r, legacy);
-    if (!detail::is_finite(base) || base <= 0)
+    if (!detail::is_finite(base) || base <= 0 || base > schedule_limits::width)
         detail::fail("invalid schedule: no positive base width matches the uniform parameter count (got ",
                      base, ")");
     return {static_cast<int>(detail::round_half_even(base)), r, s, spec.quantize};
@@ -139,6 +139,7 @@ constexpr schedule_plan solve_plan(const schedule_spec& spec) {
 constexpr void write_widths(const schedule_plan& plan, std::span<int> out) {
     const int layers = static_cast<int>(out.size());
     const int quantize = plan.quantize;
+    if (quantize <= 0) detail::fail("invalid schedule: quantize_to must be positive, got ", quantize);
     const auto& r = plan.rates;
     const int k = plan.shape.turn;
     double previous = plan.base_width;
@@ -150,9 +151,16 @@ constexpr void write_widths(const schedule_plan& plan, std::span<int> out) {
         else if (plan.shape.duplicate_peak && i == k + 1) w = previous;
         else w = geometric ? previous * r.shrink : previous + plan.base_width * r.shrink;
         if (!(w > 0)) detail::fail("invalid schedule: layer ", i, " would have width ", w, ", not positive");
+        // Checked before the conversion to int (a non-finite or huge value would be undefined).
+        if (!(w / quantize <= schedule_limits::width))
+            detail::fail("invalid schedule: layer ", i, " would have width ", w, ", above the limit of ",
+                         schedule_limits::width);
         previous = w;
-        out[static_cast<std::size_t>(i - 1)] =
-            static_cast<int>(detail::round_half_even(w / quantize) * quantize);
+        const std::int64_t quantized = detail::round_half_even(w / quantize) * quantize;
+        if (quantized > schedule_limits::width)
+            detail::fail("invalid schedule: layer ", i, " would have width ", quantized, ", above the limit of ",
+                         schedule_limits::width);
+        out[static_cast<std::size_t>(i - 1)] = static_cast<int>(quantized);
     }
 }
 

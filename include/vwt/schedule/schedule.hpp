@@ -38,28 +38,48 @@ struct model_dims {
     friend constexpr bool operator==(const model_dims&, const model_dims&) = default;
 };
 
+// The largest dimensions vwt accepts. Far above every published model (the widest have h ~ 16k,
+// ~130 layers, vocabularies of ~260k), and small enough that every size derived from them (a
+// tensor's element count, the parameter layout, a KV cache row) fits in 64-bit integers, so a
+// corrupt config is refused before anything is allocated for it.
+struct schedule_limits {
+    static constexpr int layers = 4096;
+    static constexpr int width = 65536;      // hidden size and every layer width
+    static constexpr int heads = 4096;
+    static constexpr int vocab = 1 << 24;
+    static constexpr int context = 1 << 24;
+    static constexpr int experts = 4096;
+    static constexpr int moe_intermediate = 1 << 20;
+};
+
 namespace detail {
 
 constexpr void validate_dims(const model_dims& d) {
-    if (d.layers <= 0) fail("invalid schedule: layers must be positive, got ", d.layers);
-    if (d.hidden <= 0) fail("invalid schedule: hidden size must be positive, got ", d.hidden);
-    if (d.heads <= 0) fail("invalid schedule: heads must be positive, got ", d.heads);
+    using lim = schedule_limits;
+    if (d.layers <= 0 || d.layers > lim::layers)
+        fail("invalid schedule: layers must be in 1..", lim::layers, ", got ", d.layers);
+    if (d.hidden <= 0 || d.hidden > lim::width)
+        fail("invalid schedule: hidden size must be in 1..", lim::width, ", got ", d.hidden);
+    if (d.heads <= 0 || d.heads > lim::heads) fail("invalid schedule: heads must be in 1..", lim::heads, ", got ", d.heads);
     if (d.kv_heads <= 0 || d.heads % d.kv_heads != 0)
         fail("invalid schedule: kv heads (", d.kv_heads, ") must be positive and divide heads (",
              d.heads, ")");
-    if (d.vocab <= 0) fail("invalid schedule: vocab must be positive, got ", d.vocab);
-    if (d.context <= 0) fail("invalid schedule: context must be positive, got ", d.context);
-    if (d.moe.experts < 0 ||
+    if (d.vocab <= 0 || d.vocab > lim::vocab) fail("invalid schedule: vocab must be in 1..", lim::vocab, ", got ", d.vocab);
+    if (d.context <= 0 || d.context > lim::context)
+        fail("invalid schedule: context must be in 1..", lim::context, ", got ", d.context);
+    if (d.moe.experts < 0 || d.moe.experts > lim::experts ||
         (d.moe.enabled() && (d.moe.experts_per_token <= 0 || d.moe.experts_per_token > d.moe.experts ||
-                             d.moe.intermediate <= 0)))
-        fail("invalid schedule: MoE needs 0 < experts_per_token (", d.moe.experts_per_token,
-             ") <= experts (", d.moe.experts, ") and a positive intermediate size (",
-             d.moe.intermediate, ")");
+                             d.moe.intermediate <= 0 || d.moe.intermediate > lim::moe_intermediate)))
+        fail("invalid schedule: MoE needs experts (", d.moe.experts, ") in 0..", lim::experts,
+             ", 0 < experts_per_token (", d.moe.experts_per_token, ") <= experts and an intermediate size (",
+             d.moe.intermediate, ") in 1..", lim::moe_intermediate);
 }
 
 // The invariants every layer width must meet; the same check runs for fixed and dynamic schedules.
 constexpr void validate_width(const model_dims& d, int layer, int width) {
     if (width <= 0) fail("invalid schedule: width of layer ", layer + 1, " is ", width, ", not positive");
+    if (width > schedule_limits::width)
+        fail("invalid schedule: width ", width, " of layer ", layer + 1, " is above the limit of ", schedule_limits::width);
     if (width % d.heads != 0)
         fail("invalid schedule: width ", width, " of layer ", layer + 1, " is not divisible by ",
              d.heads, " heads");

@@ -56,11 +56,11 @@ public:
 
     std::size_t windows_per_epoch() const { return windows_; }
     std::uint64_t position() const { return position_; }  // windows served so far (for resuming)
+    // Continues as if `position` windows had been served: the order of that window's epoch.
     void seek(std::uint64_t position) {
-        position_ = 0;
-        epoch_ = 0;
+        position_ = position;
+        epoch_ = position / windows_;
         reshuffle();
-        while (position_ < position) next_start();
     }
 
     // The next training window: inputs [start, start + seq), targets shifted by one.

@@ -158,32 +158,39 @@ public:
         namespace fs = std::filesystem;
         const auto latest = o_.out / "LATEST";
         if (!fs::exists(latest)) vwt::detail::fail("resume: no checkpoint in '", o_.out.string(), "' (no LATEST file)");
-        const auto bytes = io::read_file_bytes(latest);
+        const auto bytes = io::read_file_bytes(latest, 4096);
         std::string name(bytes.begin(), bytes.end());
         while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+        if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
+            vwt::detail::fail("resume: '", latest.string(), "' does not name a checkpoint directory");
         const fs::path dir = o_.out / name;
         auto loaded = io::load_model_dir(dir);
         if (loaded.config.schedule != c_.schedule)
             vwt::detail::fail("resume: checkpoint '", dir.string(), "' has another schedule than this run");
-        const auto state_bytes = io::read_file_bytes(dir / "trainer_state.json");
-        nlohmann::json state;
-        try {
-            state = nlohmann::json::parse(state_bytes.begin(), state_bytes.end());
-            step_ = state.at("step").get<std::int64_t>();
-            const auto moments_bytes = io::read_file_bytes(dir / "optimizer.safetensors");
-            const io::safetensors_view st(moments_bytes, (dir / "optimizer.safetensors").string());
-            const auto* m = st.find("adamw.m");
-            const auto* v = st.find("adamw.v");
-            if (!m || !v || m->numel() != layout_.size() || v->numel() != layout_.size())
-                vwt::detail::fail("resume: '", (dir / "optimizer.safetensors").string(), "' does not hold this model's optimizer state");
-            std::vector<T> mv(params_.size()), vv(params_.size());
-            st.read_as(*m, mv.data());
-            st.read_as(*v, vv.data());
-            opt_.restore(mv, vv, state.at("optimizer_steps").get<std::int64_t>());
-            data_.seek(state.at("data_position").get<std::uint64_t>());
-        } catch (const nlohmann::json::exception& e) {
-            vwt::detail::fail("resume: '", (dir / "trainer_state.json").string(), "' is corrupt: ", e.what());
-        }
+        const auto state_path = (dir / "trainer_state.json").string();
+        const auto state_bytes = io::read_file_bytes(state_path, io::max_config_bytes);
+        const auto state = io::parse_json(std::span(reinterpret_cast<const char*>(state_bytes.data()), state_bytes.size()),
+                                          "training state '" + state_path + "'");
+        const io::detail::config_fields fields(state, state_path);
+        // Bounded so that a corrupt file is an error, not a hang or an overflow: no run takes 2^50
+        // steps, and the data position counts windows served (2^62 is far beyond any corpus).
+        const auto step = fields.integer("step", 0, std::int64_t{1} << 50);
+        const auto optimizer_steps = fields.integer("optimizer_steps", 0, step);
+        const auto position = fields.integer("data_position", 0, std::int64_t{1} << 62);
+        const auto moments_path = (dir / "optimizer.safetensors").string();
+        const auto moments_bytes = io::read_file_bytes(moments_path);
+        const io::safetensors_view st(moments_bytes, moments_path);
+        const auto* m = st.find("adamw.m");
+        const auto* v = st.find("adamw.v");
+        if (!m || !v || m->numel() != layout_.size() || v->numel() != layout_.size() || !io::is_float(m->type) ||
+            !io::is_float(v->type))
+            vwt::detail::fail("resume: '", moments_path, "' does not hold this model's optimizer state");
+        std::vector<T> mv(params_.size()), vv(params_.size());
+        st.read_as(*m, mv.data());
+        st.read_as(*v, vv.data());
+        opt_.restore(mv, vv, optimizer_steps);
+        data_.seek(static_cast<std::uint64_t>(position));
+        step_ = step;
         params_.assign(loaded.params.begin(), loaded.params.end());
     }
 

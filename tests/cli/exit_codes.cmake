@@ -1,0 +1,40 @@
+# The command line's exit codes and messages: 0 with the command list for `vwt` and `vwt help`,
+# 2 with one line naming the fault for every bad command, flag or token list.
+# Usage: cmake -DVWT=... -DMODEL=<model dir> -DWORK=... -P exit_codes.cmake
+function(expect rc pattern)
+  execute_process(COMMAND ${VWT} ${ARGN} RESULT_VARIABLE got OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  string(JOIN " " shown ${ARGN})
+  if(NOT got EQUAL rc)
+    message(FATAL_ERROR "vwt ${shown}: exit code ${got}, expected ${rc}\n${out}${err}")
+  endif()
+  if(NOT "${out}${err}" MATCHES "${pattern}")
+    message(FATAL_ERROR "vwt ${shown}: output does not match '${pattern}':\n${out}${err}")
+  endif()
+endfunction()
+
+expect(0 "Subcommands:.*compare")
+expect(0 "Subcommands:.*compare" help)
+expect(0 "Usage: vwt train" help train)
+expect(0 "Usage: vwt train" train --help)
+expect(2 "vwt: error: help: unknown command 'nope'" help nope)
+expect(2 "vwt: error: unknown command 'bogus' \\(commands: info, init" bogus)
+expect(2 "vwt: error: .*--bogus" info --bogus)
+expect(2 "vwt: error: .*--layers" info --layers x)
+expect(2 "vwt: error: --out is required" logits --model ${MODEL} --tokens 1)
+set(out --out ${WORK}/logits.bin)
+# An empty argument does not survive a CMake list, so this one is spelled out.
+execute_process(COMMAND ${VWT} logits --model ${MODEL} --tokens "" --out ${WORK}/logits.bin
+                RESULT_VARIABLE got ERROR_VARIABLE err)
+if(NOT got EQUAL 2 OR NOT err MATCHES "vwt: error: --tokens: no token ids given")
+  message(FATAL_ERROR "vwt logits --tokens '': exit code ${got}: ${err}")
+endif()
+expect(2 "vwt: error: --tokens: no token ids given" logits --model ${MODEL} --tokens " " ${out})
+expect(2 "vwt: error: --tokens: empty id at position 1" logits --model ${MODEL} --tokens "1,,2" ${out})
+expect(2 "vwt: error: --tokens: empty id at position 2" logits --model ${MODEL} --tokens "1,2," ${out})
+expect(2 "vwt: error: --tokens: id -3 at position 1 is negative" logits --model ${MODEL} --tokens "1,-3" ${out})
+expect(2 "vwt: error: --tokens: 'abc' at position 1 is not a token id" logits --model ${MODEL} --tokens "1,abc" ${out})
+expect(2 "vwt: error: --tokens: '1.5' at position 0 is not a token id" logits --model ${MODEL} --tokens "1.5" ${out})
+expect(2 "vwt: error: --tokens: id 99999999999999999999 at position 1 is outside the vocabulary \\[0, 258\\)"
+       logits --model ${MODEL} --tokens "5,99999999999999999999" ${out})
+expect(0 "wrote .* \\(2 x 258 float32\\)" logits --model ${MODEL} --tokens " 5, 7 " ${out})
+message("exit codes and messages as documented")
