@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake clang libomp-dev
+  libclang-rt-14-dev    # clang's sanitizer and libFuzzer runtimes (ASan/UBSan tests, scripts/fuzz.sh)
   libeigen3-dev nlohmann-json3-dev libcli11-dev catch2 libbenchmark-dev
   python3 python3-torch python3-numpy
   libopenblas0-pthread  # an optimised BLAS for PyTorch, whose Debian build otherwise uses the reference BLAS

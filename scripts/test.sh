@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up, then builds and runs every test twice: with g++ and with clang++, both with
-# -Wall -Wextra -Wpedantic -Werror, then the I/O, model and CLI tests again under ASan + UBSan.
+# -Wall -Wextra -Wpedantic -Werror, then the I/O, model and CLI tests again under ASan + UBSan, then
+# the libFuzzer targets (scripts/fuzz.sh).
 # The CTest suite includes the PyTorch parity tests and the install + find_package consumer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,3 +24,7 @@ cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ -DVWT
   -DCMAKE_CXX_FLAGS="-O1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" >/dev/null
 cmake --build "$dir" -j"$jobs" --target io_safetensors io_report model_parity infer_generation backend_matmul vwt_cli
 (cd "$dir" && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j"$jobs" -R "^(io_|model_parity|infer_|backend_|reference|cli: )")
+
+# The readers of untrusted input under libFuzzer (60 s per target; FUZZ_SECONDS to change).
+echo "=== fuzzing (libFuzzer + ASan + UBSan)"
+bash scripts/fuzz.sh

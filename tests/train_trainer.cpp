@@ -139,6 +139,29 @@ TEST_CASE("non-finite loss, corrupt and mismatched checkpoints are clear errors"
         CHECK_THROWS_WITH(t.resume(), Contains("has another schedule than this run"));
     }
     {
+        // A corrupt training state is an error naming the field, never a hang or a wrap-around.
+        const auto state = out / "step-00000002" / "trainer_state.json";
+        const auto rejects_state = [&](const std::string& text, const std::string& message) {
+            std::ofstream(state) << text;
+            auto t = make(out, 4, 0);
+            CAPTURE(text);
+            CHECK_THROWS_WITH(t.resume(), Contains("trainer_state.json") && Contains(message));
+        };
+        rejects_state(R"({"step": 2, "optimizer_steps": 2, "data_position": 1e19})", "field 'data_position' is 1e+19, not an integer");
+        rejects_state(R"({"step": 2, "optimizer_steps": 2, "data_position": 18446744073709551615})",
+                      "field 'data_position' is 18446744073709551615, above the limit of 4611686018427387904");
+        rejects_state(R"({"step": -1, "optimizer_steps": 0, "data_position": 0})", "field 'step' is -1, below the minimum of 0");
+        rejects_state(R"({"step": 2, "optimizer_steps": 3, "data_position": 0})", "field 'optimizer_steps' is 3, above the limit of 2");
+        rejects_state(R"({"step": 2, "optimizer_steps": 2, "data_position": 1e400})", "not valid JSON");
+        rejects_state(R"({"step": 2, "optimizer_steps": 2})", "missing field 'data_position'");
+        rejects_state("[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]",
+                      "nested deeper than 64 levels");
+        // A far data position is a seek, not a replay of every window before it.
+        std::ofstream(state) << R"({"step": 2, "optimizer_steps": 2, "data_position": 4611686018427387904})";
+        auto t = make(out, 4, 0);
+        CHECK_NOTHROW(t.resume());
+    }
+    {
         const auto file = out / "step-00000002" / "optimizer.safetensors";
         auto bytes = vwt::io::read_file_bytes(file);
         bytes.resize(bytes.size() / 2);
@@ -150,5 +173,6 @@ TEST_CASE("non-finite loss, corrupt and mismatched checkpoints are clear errors"
         auto t = make(out / "nothing", 4, 0);
         CHECK_THROWS_WITH(t.resume(), Contains("no checkpoint in"));
     }
+
     fs::remove_all(out);
 }
