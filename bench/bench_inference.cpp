@@ -31,14 +31,36 @@ vwt::dynamic_schedule bench_schedule(bool uniform) {
     return uniform ? vwt::dynamic_schedule(d, std::vector<int>(16, d.hidden)) : vwt::dynamic_schedule(d, x.widths);
 }
 
+// The same ><former as a compile-time schedule: its widths and head dims are static extents.
+constexpr auto static_schedule = [] {
+    const auto x = vwt::make_schedule<16>(vwt::presets::dense_200m);
+    auto d = x.dims;
+    d.vocab = bench_vocab;
+    return vwt::schedule<16>(d, x.widths);
+}();
+using static_xformer = vwt::static_model<backend, static_schedule>;
+
+std::vector<float> bench_parameters(const vwt::model_config& c) {
+    std::vector<float> p;
+    vwt::initialize_parameters(c, vwt::parameter_layout(c), 1, p);
+    return p;
+}
+
 const vwt::model<backend>& bench_model(bool uniform) {
     static std::map<bool, std::unique_ptr<vwt::model<backend>>> models;
     auto& m = models[uniform];
     if (!m) {
         auto c = vwt::model_config::mup(bench_schedule(uniform));
-        std::vector<float> p;
-        vwt::initialize_parameters(c, vwt::parameter_layout(c), 1, p);
-        m = std::make_unique<vwt::model<backend>>(std::move(c), std::move(p));
+        m = std::make_unique<vwt::model<backend>>(c, bench_parameters(c));
+    }
+    return *m;
+}
+
+const static_xformer& bench_static_model() {
+    static std::unique_ptr<static_xformer> m;
+    if (!m) {
+        const auto c = vwt::model_config::mup(vwt::dynamic_schedule(static_schedule));
+        m = std::make_unique<static_xformer>(c, bench_parameters(c));
     }
     return *m;
 }
@@ -53,43 +75,43 @@ double prefill_flops(const vwt::dynamic_schedule& s, int T) {
     return flops + 2.0 * s.dims.hidden * s.dims.vocab;  // logits of the last token only
 }
 
-// One prefill of prefill_tokens tokens into a fresh cache.
+// One prefill of prefill_tokens tokens into a fresh cache, through a workspace made once.
+template <class Model>
 struct prefill_runner {
-    const vwt::model<backend>& m;
+    const Model& m;
     std::vector<int> tokens;
-    vwt::kv_cache<float> cache;
-    explicit prefill_runner(const vwt::model<backend>& model)
-        : m(model), tokens(prefill_tokens), cache(model.make_cache(prefill_tokens)) {
+    vwt::kv_cache<backend> cache;
+    vwt::forward_workspace<backend> ws;
+    explicit prefill_runner(const Model& model)
+        : m(model), tokens(prefill_tokens), cache(model.make_cache(prefill_tokens)), ws(model.make_workspace({threads}, prefill_tokens, prefill_tokens)) {
         for (int i = 0; i < prefill_tokens; ++i) tokens[static_cast<std::size_t>(i)] = (i * 31) % bench_vocab;
     }
     void operator()() {
         cache.clear();
-        const vwt::sequence_input<float> in{&cache, tokens};
-        benchmark::DoNotOptimize(m.forward({threads}, std::span(&in, 1)));
+        const vwt::sequence_input<backend> in{&cache, tokens};
+        benchmark::DoNotOptimize(m.forward({threads}, ws, std::span(&in, 1)));
     }
 };
 
-// One decode step at context decode_context.
+// One decode step at context decode_context, in a session (no allocation per step).
+template <class Model>
 struct decode_runner {
-    const vwt::model<backend>& m;
-    vwt::kv_cache<float> cache;
+    vwt::session<Model> s;
     int next = 7;
-    explicit decode_runner(const vwt::model<backend>& model) : m(model), cache(model.make_cache(decode_context + 1)) {
+    explicit decode_runner(const Model& model) : s(model, {threads}, decode_context + 1) {
         std::vector<int> prompt(decode_context);
         for (int i = 0; i < decode_context; ++i) prompt[static_cast<std::size_t>(i)] = (i * 17) % bench_vocab;
-        const vwt::sequence_input<float> pre{&cache, prompt};
-        m.forward({threads}, std::span(&pre, 1));
+        s.append({threads}, prompt);
     }
     void operator()() {
-        cache.truncate(decode_context);
-        const vwt::sequence_input<float> in{&cache, std::span(&next, 1)};
-        benchmark::DoNotOptimize(m.forward({threads}, std::span(&in, 1)));
+        s.truncate(decode_context);
+        benchmark::DoNotOptimize(s.append({threads}, std::span(&next, 1)));
     }
 };
 
 void prefill(benchmark::State& state, bool uniform) {
     const auto& m = bench_model(uniform);
-    prefill_runner run(m);
+    prefill_runner<vwt::model<backend>> run(m);
     for (auto _ : state) run();
     const double flops = prefill_flops(m.schedule(), prefill_tokens);
     state.counters["tokens/s"] = benchmark::Counter(prefill_tokens, benchmark::Counter::kIsIterationInvariantRate);
@@ -98,7 +120,7 @@ void prefill(benchmark::State& state, bool uniform) {
 
 void decode(benchmark::State& state, bool uniform) {
     const auto& m = bench_model(uniform);
-    decode_runner run(m);
+    decode_runner<vwt::model<backend>> run(m);
     for (auto _ : state) run();
     state.counters["tokens/s"] = benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate);
     state.counters["weight_MB"] = static_cast<double>(m.parameters().size() * 4) / 1e6;
@@ -141,9 +163,9 @@ struct sgemm_runner {
     void operator()() {
         for (std::size_t i = 0; i < shapes.size(); ++i) {
             const auto& sh = shapes[i];
-            backend::matmul_nt({threads}, vwt::matrix_view<const float>{a[i].data(), sh.m, sh.k, sh.k},
-                               vwt::matrix_view<const float>{b[i].data(), sh.n, sh.k, sh.k},
-                               vwt::matrix_view<float>{c[i].data(), sh.m, sh.n, sh.n});
+            backend::matmul_nt({threads}, vwt::host_matrix<const float>{a[i].data(), sh.m, sh.k, sh.k},
+                               vwt::host_matrix<const float>{b[i].data(), sh.n, sh.k, sh.k},
+                               vwt::host_matrix<float>{c[i].data(), sh.m, sh.n, sh.n});
         }
         benchmark::ClobberMemory();
     }
@@ -185,7 +207,7 @@ double seconds_of(auto&& f) {
 }
 
 void paired_prefill(benchmark::State& state) {
-    prefill_runner px(bench_model(false)), pu(bench_model(true));
+    prefill_runner<vwt::model<backend>> px(bench_model(false)), pu(bench_model(true));
     sgemm_runner gx(bench_schedule(false)), gu(bench_schedule(true));
     double tpx = 1e9, tpu = 1e9, tgx = 1e9, tgu = 1e9, total = 0;
     for (auto _ : state) {
@@ -208,7 +230,7 @@ void paired_prefill(benchmark::State& state) {
 BENCHMARK(paired_prefill)->Iterations(16)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 void paired_decode(benchmark::State& state) {
-    decode_runner dx(bench_model(false)), du(bench_model(true));
+    decode_runner<vwt::model<backend>> dx(bench_model(false)), du(bench_model(true));
     copy_runner copy;
     double tdx = 1e9, tdu = 1e9, tc = 1e9;
     for (auto _ : state) {
@@ -225,6 +247,28 @@ void paired_decode(benchmark::State& state) {
     state.counters["u_bound_tokens_per_s"] = bw / bytes(true);
 }
 BENCHMARK(paired_decode)->Iterations(60)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+// The ><former with static extents (static_model) against the same model with dynamic ones,
+// alternated in each iteration: what the compile-time widths buy.
+void paired_static_dynamic(benchmark::State& state) {
+    prefill_runner<static_xformer> ps(bench_static_model());
+    prefill_runner<vwt::model<backend>> pd(bench_model(false));
+    decode_runner<static_xformer> ds(bench_static_model());
+    decode_runner<vwt::model<backend>> dd(bench_model(false));
+    double tps = 1e9, tpd = 1e9, tds = 1e9, tdd = 1e9;
+    for (auto _ : state) {
+        const double a = seconds_of(ps), b = seconds_of(pd);
+        double c = 1e9, d = 1e9;
+        for (int i = 0; i < 8; ++i) c = std::min(c, seconds_of(ds)), d = std::min(d, seconds_of(dd));
+        tps = std::min(tps, a), tpd = std::min(tpd, b), tds = std::min(tds, c), tdd = std::min(tdd, d);
+        state.SetIterationTime(a + b + 8 * (c + d));
+    }
+    state.counters["static_prefill_tokens_per_s"] = prefill_tokens / tps;
+    state.counters["dynamic_prefill_tokens_per_s"] = prefill_tokens / tpd;
+    state.counters["static_decode_tokens_per_s"] = 1 / tds;
+    state.counters["dynamic_decode_tokens_per_s"] = 1 / tdd;
+}
+BENCHMARK(paired_static_dynamic)->Iterations(12)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 // Five repetitions each; the summary uses the fastest (this machine's timings vary by +-20% run to
 // run, and the best of five is the most repeatable figure).
@@ -276,6 +320,13 @@ int main(int argc, char** argv) {
                     w == "x" ? "><former" : "uniform", counter("paired_prefill", (w + "_tokens_per_s").c_str()), p,
                     100 * p / g, g, d, 100 * d / bound, bound, counter("paired_decode", "copy_GBs"));
     }
+    if (const double sp = counter("paired_static_dynamic", "static_prefill_tokens_per_s"); sp > 0)
+        std::printf("><former static extents / dynamic: prefill %.0f / %.0f tok/s (%+.1f%%), decode %.1f / %.1f tok/s (%+.1f%%)\n", sp,
+                    counter("paired_static_dynamic", "dynamic_prefill_tokens_per_s"),
+                    100 * (sp / counter("paired_static_dynamic", "dynamic_prefill_tokens_per_s") - 1),
+                    counter("paired_static_dynamic", "static_decode_tokens_per_s"), counter("paired_static_dynamic", "dynamic_decode_tokens_per_s"),
+                    100 * (counter("paired_static_dynamic", "static_decode_tokens_per_s") /
+                               counter("paired_static_dynamic", "dynamic_decode_tokens_per_s") - 1));
     const double tr = counter("paired_prefill", "time_ratio"), fr = counter("paired_prefill", "flop_ratio");
     std::printf("prefill time ratio ><former/uniform %.3f vs FLOP ratio %.3f (%+.1f%%)\n", tr, fr, 100 * (tr / fr - 1));
     return 0;

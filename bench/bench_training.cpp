@@ -35,17 +35,29 @@ vwt::model_config bench_config(bool uniform) {
 
 // Everything one training step touches, as the trainer holds it.
 struct training_state {
+    const backend::context ctx{threads};
     vwt::model_config config;
-    vwt::parameter_layout layout;
-    std::vector<float> params, grad;
-    vwt::train::adamw<float> optimizer;
-    vwt::train::gradient_workspace<backend> workspace;
+    vwt::model<backend> model;
+    backend::buffer<float> grad;
+    backend::buffer<double> norm;
+    vwt::model_tensors<float, backend::memory> grads;
+    vwt::train::adamw<backend> optimizer;
+    vwt::train::step_workspace<backend> workspace;
     std::vector<int> tokens, targets;
 
+    static std::vector<float> initial(const vwt::model_config& c) {
+        std::vector<float> p;
+        vwt::initialize_parameters(c, vwt::parameter_layout(c), 1, p);
+        return p;
+    }
     explicit training_state(bool uniform)
-        : config(bench_config(uniform)), layout(config), optimizer(config, layout) {
-        vwt::initialize_parameters(config, layout, 1, params);
-        grad.resize(params.size());
+        : config(bench_config(uniform)),
+          model(config, initial(config), ctx),
+          grad(model.layout().size()),
+          norm(1),
+          grads(model.bind(grad.view())),
+          optimizer(ctx, config, model.layout()),
+          workspace(ctx, model, batch, seq) {
         std::mt19937 rng(7);
         std::uniform_int_distribution<int> id(0, config.schedule.dims.vocab - 1);
         for (int i = 0; i < batch * seq; ++i) {
@@ -54,11 +66,10 @@ struct training_state {
         }
     }
     double step() {
-        std::fill(grad.begin(), grad.end(), 0.0f);
-        const double loss = vwt::train::loss_and_gradient<backend>({threads}, config, layout, params,
-                                                                   vwt::train::token_batch{tokens, targets, batch}, grad, workspace);
-        vwt::train::clip_by_global_norm<float>(grad, 1.0);
-        optimizer.step(params, grad, 1e-3);
+        backend::fill(ctx, grad.view().as_matrix(1, grad.size()), 0.0f);
+        const double loss = vwt::train::loss_and_gradient(ctx, model, vwt::train::token_batch{tokens, targets, batch}, workspace, grads);
+        vwt::train::clip_by_global_norm<backend>(ctx, grad.view(), 1.0, norm.view());
+        optimizer.step(ctx, model.parameters(), vwt::host_vector<const float>(grad.view()), 1e-3);
         return loss;
     }
 };

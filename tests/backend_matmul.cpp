@@ -22,7 +22,7 @@ struct strided {
         std::normal_distribution<float> normal;
         for (auto& v : data) v = normal(rng);
     }
-    vwt::matrix_view<float> view() { return {data.data(), rows, cols, stride}; }
+    vwt::host_matrix<float> view() { return {data.data(), rows, cols, stride}; }
     double at(vwt::index_t r, vwt::index_t c) const { return data[static_cast<std::size_t>(r * stride + c)]; }
 };
 

@@ -17,7 +17,7 @@ vwt::model<backend> tiny_model(std::uint64_t seed = 3) {
     auto c = vwt::model_config::mup(vwt::make_schedule(vwt::presets::tiny_l6));
     std::vector<float> p;
     vwt::initialize_parameters(c, vwt::parameter_layout(c), seed, p);
-    return vwt::model<backend>(std::move(c), std::move(p));
+    return vwt::model<backend>(std::move(c), p);
 }
 }  // namespace
 
@@ -66,15 +66,15 @@ TEST_CASE("generation: greedy equals argmax of the full forward, seeds reproduce
     vwt::generation_options o;
     o.max_new_tokens = 8;
     o.sampling.temperature = 0;
-    auto cache = m.make_cache(32);
-    const auto out = vwt::generate(m, {1}, cache, prompt, o);
+    vwt::session<vwt::model<backend>> session(m, {1}, 32);
+    const auto out = vwt::generate({1}, session, prompt, o);
     REQUIRE(out.size() == 8);
-    CHECK(cache.length() == 5 + 7);  // the last token is returned but not fed back
+    CHECK(session.length() == 5 + 7);  // the last token is returned but not fed back
     // Each greedy token is the argmax of a full recomputation over prompt + tokens so far.
     std::vector<int> seq = prompt;
     for (int t : out) {
         auto c = m.make_cache(32);
-        const vwt::sequence_input<float> in{&c, seq};
+        const vwt::sequence_input<backend> in{&c, seq};
         const auto logits = m.forward({1}, std::span(&in, 1));
         CHECK(t == std::max_element(logits.begin(), logits.end()) - logits.begin());
         seq.push_back(t);
@@ -83,11 +83,12 @@ TEST_CASE("generation: greedy equals argmax of the full forward, seeds reproduce
     o.sampling = {1.0, 0, 1.0};
     o.max_new_tokens = 20;
     o.seed = 9;
-    auto c1 = m.make_cache(32), c2 = m.make_cache(32), c3 = m.make_cache(32);
-    const auto a = vwt::generate(m, {1}, c1, prompt, o);
-    const auto b = vwt::generate(m, {2}, c2, prompt, o);
+    using session_t = vwt::session<vwt::model<backend>>;
+    session_t s1(m, {1}, 32), s2(m, {2}, 32), s3(m, {1}, 32);
+    const auto a = vwt::generate({1}, s1, prompt, o);
+    const auto b = vwt::generate({2}, s2, prompt, o);
     o.seed = 10;
-    const auto c = vwt::generate(m, {1}, c3, prompt, o);
+    const auto c = vwt::generate({1}, s3, prompt, o);
     CHECK(a == b);
     CHECK(a != c);
     // A stop token ends generation (and is returned); the callback sees every token and can cancel.
@@ -95,15 +96,20 @@ TEST_CASE("generation: greedy equals argmax of the full forward, seeds reproduce
     o.stop_tokens = {a[3]};
     std::vector<int> streamed;
     o.on_token = [&](int t) { streamed.push_back(t); return true; };
-    auto c4 = m.make_cache(32);
-    const auto stopped = vwt::generate(m, {1}, c4, prompt, o);
+    session_t s4(m, {1}, 32);
+    const auto stopped = vwt::generate({1}, s4, prompt, o);
     CHECK(stopped.size() <= 4);
     CHECK(stopped.back() == a[3]);
     CHECK(streamed == stopped);
     o.stop_tokens.clear();
     o.on_token = [&](int) { return false; };
-    auto c5 = m.make_cache(32);
-    CHECK(vwt::generate(m, {1}, c5, prompt, o).size() == 1);
+    session_t s5(m, {1}, 32);
+    CHECK(vwt::generate({1}, s5, prompt, o).size() == 1);
+    // A prompt longer than a session's chunk is fed in pieces, with the same result.
+    session_t whole(m, {1}, 32), chunked(m, {1}, 32, 2);
+    o.on_token = {};
+    o.seed = 3;
+    CHECK(vwt::generate({1}, whole, prompt, o) == vwt::generate({1}, chunked, prompt, o));
 }
 
 TEST_CASE("several sessions decode concurrently over one shared model") {
@@ -111,10 +117,10 @@ TEST_CASE("several sessions decode concurrently over one shared model") {
     vwt::generation_options o;
     o.max_new_tokens = 16;
     const auto run = [&](std::uint64_t seed) {
-        auto cache = m.make_cache(64);
+        vwt::session<vwt::model<backend>> s(m, {1}, 64);
         auto opt = o;
         opt.seed = seed;
-        return vwt::generate(m, {1}, cache, std::vector<int>{1, 2, 3}, opt);
+        return vwt::generate({1}, s, std::vector<int>{1, 2, 3}, opt);
     };
     std::vector<std::vector<int>> sequential, concurrent(4);
     for (std::uint64_t s = 0; s < 4; ++s) sequential.push_back(run(s));
@@ -128,7 +134,7 @@ TEST_CASE("bad requests are errors, not crashes") {
     const auto m = tiny_model();
     auto cache = m.make_cache(16);
     const std::vector<int> bad{1, 258};
-    vwt::sequence_input<float> in{&cache, bad};
+    vwt::sequence_input<backend> in{&cache, bad};
     CHECK_THROWS_WITH(m.forward({1}, std::span(&in, 1)), Contains("token id 258 at position 1") && Contains("[0, 258)"));
     const std::vector<int> negative{-1};
     in.tokens = negative;
@@ -140,16 +146,23 @@ TEST_CASE("bad requests are errors, not crashes") {
     CHECK_THROWS_WITH(m.forward({1}, std::span(&in, 1)), Contains("beyond its KV cache capacity 16"));
     CHECK(cache.length() == 0);  // a rejected call leaves the cache as it was
     const std::vector<int> ok{1, 2};
-    const vwt::sequence_input<float> twice[] = {{&cache, ok}, {&cache, ok}};
+    const vwt::sequence_input<backend> twice[] = {{&cache, ok}, {&cache, ok}};
     CHECK_THROWS_WITH(m.forward({1}, twice), Contains("share a KV cache"));
     CHECK_THROWS_WITH(m.make_cache(257), Contains("KV cache capacity 257 must be in 1..256"));
     vwt::generation_options o;
     o.max_new_tokens = 15;
-    CHECK_THROWS_WITH(vwt::generate(m, {1}, cache, ok, o), Contains("need 17 positions, beyond the context of 16"));
-    CHECK_THROWS_WITH(vwt::generate(m, {1}, cache, std::vector<int>{}, o), Contains("prompt is empty"));
+    vwt::session<vwt::model<backend>> s(m, {1}, 16);
+    CHECK_THROWS_WITH(vwt::generate({1}, s, ok, o), Contains("need 17 positions, beyond the session's capacity of 16"));
+    CHECK_THROWS_WITH(vwt::generate({1}, s, std::vector<int>{}, o), Contains("prompt is empty"));
     CHECK_THROWS_WITH(vwt::io::byte_tokenizer(258).decode({300}), Contains("id 300 is outside the vocabulary"));
     auto wrong = m.config();
     CHECK_THROWS_WITH(vwt::model<backend>(wrong, std::vector<float>(10)), Contains("10 parameters given, the schedule needs"));
+    // A workspace too small for the call is an error, not an overrun.
+    auto ws = m.make_workspace({1}, 2, 16);
+    auto c6 = m.make_cache(16);
+    const std::vector<int> three{1, 2, 3};
+    const vwt::sequence_input<backend> big{&c6, three};
+    CHECK_THROWS_WITH(m.forward({1}, ws, std::span(&big, 1)), Contains("3 tokens in one call, beyond the workspace's 2 rows"));
 }
 
 TEST_CASE("the zero resize zeroes grown columns only; the resize to the head is move_up for both") {
@@ -163,7 +176,7 @@ TEST_CASE("the zero resize zeroes grown columns only; the resize to the head is 
     const auto logits = [&](const vwt::model_config& config) {
         const vwt::model<backend> m(config, p);
         auto cache = m.make_cache(8);
-        const vwt::sequence_input<float> in{&cache, t};
+        const vwt::sequence_input<backend> in{&cache, t};
         return m.forward({1}, std::span(&in, 1), vwt::logits_mode::all);
     };
     auto zero = c;
@@ -195,12 +208,12 @@ TEST_CASE("the interleaved c_fc layout computes the same model as the split one"
     }
     const vwt::model<backend> a(c, split);
     auto ci = c;
-    ci.mlp = vwt::mlp_layout::interleaved;
+    ci.mlp = vwt::swiglu_layout::interleaved;
     const vwt::model<backend> b(ci, inter);
     const vwt::model<backend> wrong(ci, split);
     const std::vector<int> t{9, 8, 7, 6};
     auto c1 = a.make_cache(8), c2 = b.make_cache(8), c3 = wrong.make_cache(8);
-    const vwt::sequence_input<float> i1{&c1, t}, i2{&c2, t}, i3{&c3, t};
+    const vwt::sequence_input<backend> i1{&c1, t}, i2{&c2, t}, i3{&c3, t};
     const auto la = a.forward({1}, std::span(&i1, 1)), lb = b.forward({1}, std::span(&i2, 1));
     // Equal up to rounding (the split halves take Eigen's vectorised exp, the strided ones not).
     double err = 0, scale = 0;

@@ -6,7 +6,7 @@
 #include <regex>
 
 #include <vwt/io/atomic_file.hpp>
-#include <vwt/io/schedule_report.hpp>
+#include <vwt/report/schedule_report.hpp>
 #include <vwt/vwt.hpp>
 
 #include "vwt/schedule_flags.hpp"
@@ -23,8 +23,8 @@ vwt::dynamic_schedule parse(std::vector<std::string> args, std::string& name, in
 }  // namespace
 
 TEST_CASE("JSON report holds the widths and the side-by-side costs") {
-    vwt::io::schedule_report_input in{vwt::make_schedule(vwt::presets::dense_200m), 1147, {}, "dense_200m"};
-    const auto j = vwt::io::schedule_report_json(in);
+    vwt::report::schedule_report_input in{vwt::make_schedule(vwt::presets::dense_200m), 1147, {}, "dense_200m"};
+    const auto j = vwt::report::schedule_report_json(in);
     const auto c = vwt::compare_with_uniform(in.model);
     CHECK(j["widths"].get<std::vector<int>>() == in.model.widths);
     CHECK(j["base_width"] == 1147);
@@ -41,8 +41,8 @@ TEST_CASE("JSON report holds the widths and the side-by-side costs") {
 }
 
 TEST_CASE("table report lists every layer and the totals") {
-    vwt::io::schedule_report_input in{vwt::make_schedule(vwt::presets::tiny_l6), 148, {}, "tiny_l6"};
-    const auto t = vwt::io::schedule_report_table(in);
+    vwt::report::schedule_report_input in{vwt::make_schedule(vwt::presets::tiny_l6), 148, {}, "tiny_l6"};
+    const auto t = vwt::report::schedule_report_table(in);
     CHECK_THAT(t, Catch::Matchers::Contains("base width 148, residual width 144"));
     CHECK(std::regex_search(t, std::regex("\n +4 +32 +8 ")));  // layer 4: width 32, head dim 8
     CHECK_THAT(t, Catch::Matchers::Contains("KV bytes/token (2 B/value)"));
@@ -50,7 +50,7 @@ TEST_CASE("table report lists every layer and the totals") {
 
 TEST_CASE("SVG draws one bar per layer for each model, written atomically") {
     const auto s = vwt::make_schedule(vwt::presets::tiny_l8);
-    const auto svg = vwt::io::schedule_svg(s, "t");
+    const auto svg = vwt::report::schedule_svg(s, "t");
     std::ptrdiff_t bars = 0;
     for (auto it = svg.find("<rect x="); it != std::string::npos; it = svg.find("<rect x=", it + 1)) ++bars;
     CHECK(bars == 2 * 8);
@@ -99,14 +99,14 @@ TEST_CASE("schedule flags: presets, overrides and explicit widths") {
 using Catch::Matchers::Contains;
 
 TEST_CASE("XML text is escaped in one place, and every SVG label goes through it") {
-    CHECK(vwt::io::xml_text("><former & \"x\" 'y'") == "&gt;&lt;former &amp; &quot;x&quot; &apos;y&apos;");
-    const auto svg = vwt::io::schedule_svg(vwt::make_schedule(vwt::presets::tiny_l6), "a < b & c");
+    CHECK(vwt::report::xml_text("><former & \"x\" 'y'") == "&gt;&lt;former &amp; &quot;x&quot; &apos;y&apos;");
+    const auto svg = vwt::report::schedule_svg(vwt::make_schedule(vwt::presets::tiny_l6), "a < b & c");
     CHECK_THAT(svg, Contains("a &lt; b &amp; c") && Contains("&gt;&lt;former"));
     CHECK_THAT(svg, !Contains("><former") && !Contains("a < b"));
 }
 
 TEST_CASE("byte strings become valid UTF-8: each ill-formed subpart is one U+FFFD") {
-    using vwt::io::valid_utf8;
+    using vwt::report::valid_utf8;
     const std::string fffd = "\xEF\xBF\xBD";
     CHECK(valid_utf8("plain ascii") == "plain ascii");
     CHECK(valid_utf8("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80") == "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80");

@@ -100,16 +100,16 @@ TEST_CASE("safetensors: a zero dimension does not hide an overflowing shape") {
 
 TEST_CASE("config: the authors' use_interleaved_weights selects the c_fc layout, both ways") {
     auto c = vwt::model_config::mup(vwt::make_schedule(vwt::presets::tiny_l6));
-    c.mlp = vwt::mlp_layout::interleaved;
+    c.mlp = vwt::swiglu_layout::interleaved;
     const auto j = vwt::io::config_to_json(c);
     CHECK(j["mlp_blocks"][3]["use_interleaved_weights"] == true);
-    CHECK(vwt::io::config_from_json(j, "c.json").mlp == vwt::mlp_layout::interleaved);
+    CHECK(vwt::io::config_from_json(j, "c.json").mlp == vwt::swiglu_layout::interleaved);
     auto split = j;
     for (auto& b : split["mlp_blocks"]) b["use_interleaved_weights"] = false;
-    CHECK(vwt::io::config_from_json(split, "c.json").mlp == vwt::mlp_layout::split);
+    CHECK(vwt::io::config_from_json(split, "c.json").mlp == vwt::swiglu_layout::split);
     // lm_engine's default when the field is absent: not interleaved.
     for (auto& b : split["mlp_blocks"]) b.erase("use_interleaved_weights");
-    CHECK(vwt::io::config_from_json(split, "c.json").mlp == vwt::mlp_layout::split);
+    CHECK(vwt::io::config_from_json(split, "c.json").mlp == vwt::swiglu_layout::split);
 }
 
 TEST_CASE("config: attention_multiplier is the authors' score scale; null means 1/sqrt(head dim)") {

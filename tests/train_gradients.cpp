@@ -3,7 +3,7 @@
 // the training forward's loss against the inference model's logits.
 #include <catch2/catch.hpp>
 
-#include <vwt/train/backward.hpp>
+#include <vwt/train/step.hpp>
 #include <vwt/train/trainer.hpp>
 #include <vwt/vwt.hpp>
 
@@ -48,20 +48,52 @@ std::vector<double> random_params(const vwt::model_config& c, const vwt::paramet
     return p;
 }
 
+// The loss and gradient of a batch on policy B, with parameters given on the host.
+template <class B>
+struct probe {
+    vwt::model_config config;
+    int sequences;
+    vwt::index_t length;
+    typename B::context ctx{};
+
+    probe(vwt::model_config c, int seqs, vwt::index_t len, int threads = 1) : config(std::move(c)), sequences(seqs), length(len) {
+        if constexpr (requires { ctx.threads; }) ctx.threads = threads;
+    }
+    // Returns the mean loss; `grad` receives the gradient (added to zeros).
+    double operator()(const std::vector<double>& params, const std::vector<int>& tokens, const std::vector<int>& targets,
+                      std::vector<double>* grad = nullptr) const {
+        using T = typename B::compute_type;
+        const std::vector<T> p(params.begin(), params.end());
+        const vwt::model<B> m(config, p, ctx);
+        vwt::train::step_workspace<B> ws(ctx, m, sequences, length);
+        typename B::template buffer<T> g(m.layout().size());
+        const std::vector<T> zeros(p.size(), T(0));
+        B::upload(ctx, std::span<const T>(zeros), g.view());
+        const double loss = vwt::train::loss_and_gradient(ctx, m, vwt::train::token_batch{tokens, targets, sequences}, ws,
+                                                          m.bind(g.view()));
+        if (grad) {
+            std::vector<T> host(p.size());
+            B::download(ctx, vwt::vector_view<const T, typename B::memory>(g.view()), std::span<T>(host));
+            grad->assign(host.begin(), host.end());
+        }
+        return loss;
+    }
+};
+
 }  // namespace
 
-TEST_CASE("backward matches central finite differences for every tensor") {
+#define GRADIENT_POLICIES vwt::cpu::backend<double>, vwt::reference::backend<double>
+
+TEMPLATE_TEST_CASE("backward matches central finite differences for every tensor", "", GRADIENT_POLICIES) {
     const std::vector<int> tokens{1, 5, 2, 12, 7, 3}, targets{5, 2, 12, 7, 3, 0};
     for (const auto& g : cases()) {
         CAPTURE(g.name);
         const auto c = config_of(g);
         const vwt::parameter_layout layout(c);
         auto p = random_params(c, layout, 3);
-        std::vector<double> grad(p.size(), 0.0), scratch(p.size());
-        vwt::train::loss_and_gradient<double>(c, layout, p, tokens, targets, grad);
-        const auto loss_at = [&] {
-            return vwt::train::loss_and_gradient<double>(c, layout, p, tokens, targets, scratch);
-        };
+        const probe<TestType> loss_of(c, 1, 6);
+        std::vector<double> grad;
+        loss_of(p, tokens, targets, &grad);
         std::mt19937_64 rng(11);
         for (const auto& t : layout.tensors()) {
             CAPTURE(t.name);
@@ -70,9 +102,9 @@ TEST_CASE("backward matches central finite differences for every tensor") {
                 const auto i = static_cast<std::size_t>(t.offset + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(t.numel())));
                 const double keep = p[i], step = 1e-5;
                 p[i] = keep + step;
-                const double up = loss_at();
+                const double up = loss_of(p, tokens, targets);
                 p[i] = keep - step;
-                const double down = loss_at();
+                const double down = loss_of(p, tokens, targets);
                 p[i] = keep;
                 const double fd = (up - down) / (2 * step);
                 worst = std::max(worst, std::abs(fd - grad[i]));
@@ -90,19 +122,18 @@ TEST_CASE("backward matches central finite differences for every tensor") {
     }
 }
 
-TEST_CASE("the training forward's loss equals cross-entropy of the inference logits") {
+TEMPLATE_TEST_CASE("the training forward's loss equals cross-entropy of the inference logits", "", GRADIENT_POLICIES) {
     const std::vector<int> tokens{4, 4, 9, 1, 0, 11, 2}, targets{4, 9, 1, 0, 11, 2, 6};
     for (const auto& g : cases()) {
         CAPTURE(g.name);
         const auto c = config_of(g);
         const vwt::parameter_layout layout(c);
         const auto p = random_params(c, layout, 5);
-        std::vector<double> grad(p.size(), 0.0);
-        const double loss = vwt::train::loss_and_gradient<double>(c, layout, p, tokens, targets, grad);
-        const vwt::model<vwt::cpu::backend<double>> m(c, p);
+        const double loss = probe<TestType>(c, 1, 7)(p, tokens, targets);
+        const vwt::model<TestType> m(c, p);
         auto cache = m.make_cache(16);
-        const vwt::sequence_input<double> in{&cache, tokens};
-        const auto logits = m.forward({1}, std::span(&in, 1), vwt::logits_mode::all);
+        const vwt::sequence_input<TestType> in{&cache, tokens};
+        const auto logits = m.forward({}, std::span(&in, 1), vwt::logits_mode::all);
         double ce = 0;
         const int V = m.vocab();
         for (std::size_t t = 0; t < tokens.size(); ++t) {
@@ -117,6 +148,7 @@ TEST_CASE("the training forward's loss equals cross-entropy of the inference log
 }
 
 TEST_CASE("validation loss by the inference forward equals the training loss") {
+    using B = vwt::cpu::backend<double>;
     const auto g = cases().front();
     const auto c = config_of(g);
     const vwt::parameter_layout layout(c);
@@ -126,16 +158,17 @@ TEST_CASE("validation loss by the inference forward equals the training loss") {
     const vwt::train::window_loader data(tokens, 8, 0.5, 1, "mem");
     double expected = 0;
     std::vector<int> x, y;
-    std::vector<double> scratch(p.size());
+    const probe<B> loss_of(c, 1, 8);
     for (std::size_t i = 0; i < data.validation_windows(); ++i) {
         data.validation_window(i, x, y);
-        expected += vwt::train::loss_and_gradient<double>(c, layout, p, x, y, scratch);
+        expected += loss_of(p, x, y);
     }
     expected /= static_cast<double>(data.validation_windows());
-    CHECK(vwt::train::validation_loss<double>(c, layout, p, data) == Approx(expected).epsilon(1e-10));
+    const vwt::model<B> m(c, p);
+    CHECK(vwt::train::validation_loss(B::context{1}, m, data) == Approx(expected).epsilon(1e-10));
 }
 
-TEST_CASE("a batch's gradient is the mean of its sequences' gradients, with any thread count") {
+TEMPLATE_TEST_CASE("a batch's gradient is the mean of its sequences' gradients, with any thread count", "", GRADIENT_POLICIES) {
     const std::vector<int> a{1, 5, 2, 12, 7, 3, 9, 4}, b{0, 0, 3, 8, 8, 1, 2, 10}, c3{11, 6, 6, 2, 5, 9, 12, 1};
     const auto shift = [](const std::vector<int>& t) {
         std::vector<int> y(t.begin() + 1, t.end());
@@ -147,24 +180,20 @@ TEST_CASE("a batch's gradient is the mean of its sequences' gradients, with any 
         const auto c = config_of(g);
         const vwt::parameter_layout layout(c);
         const auto p = random_params(c, layout, 4);
-        std::vector<double> expected(p.size(), 0.0), scratch(p.size());
+        std::vector<double> expected(p.size(), 0.0), one;
         double expected_loss = 0;
         std::vector<int> tokens, targets;
         for (const auto* seq : {&a, &b, &c3}) {
-            std::fill(scratch.begin(), scratch.end(), 0.0);
             const auto y = shift(*seq);
-            expected_loss += vwt::train::loss_and_gradient<double>(c, layout, p, *seq, y, scratch) / 3;
-            for (std::size_t i = 0; i < p.size(); ++i) expected[i] += scratch[i] / 3;
+            expected_loss += probe<TestType>(c, 1, 8)(p, *seq, y, &one) / 3;
+            for (std::size_t i = 0; i < p.size(); ++i) expected[i] += one[i] / 3;
             tokens.insert(tokens.end(), seq->begin(), seq->end());
             targets.insert(targets.end(), y.begin(), y.end());
         }
         for (int threads : {1, 2, 3}) {
             CAPTURE(threads);
-            using backend = vwt::cpu::backend<double>;
-            vwt::train::gradient_workspace<backend> ws;
-            std::vector<double> grad(p.size(), 0.0);
-            const double loss = vwt::train::loss_and_gradient<backend>({threads}, c, layout, p,
-                                                                       vwt::train::token_batch{tokens, targets, 3}, grad, ws);
+            std::vector<double> grad;
+            const double loss = probe<TestType>(c, 3, 8, threads)(p, tokens, targets, &grad);
             CHECK(loss == Approx(expected_loss).epsilon(1e-12));
             double worst = 0, largest = 0;
             for (std::size_t i = 0; i < p.size(); ++i) {
@@ -177,17 +206,14 @@ TEST_CASE("a batch's gradient is the mean of its sequences' gradients, with any 
 }
 
 TEST_CASE("a malformed batch is refused with a clear error") {
+    using B = vwt::cpu::backend<double>;
     const auto g = cases().front();
     const auto c = config_of(g);
     const vwt::parameter_layout layout(c);
     const auto p = random_params(c, layout, 4);
-    std::vector<double> grad(p.size(), 0.0);
-    using backend = vwt::cpu::backend<double>;
-    vwt::train::gradient_workspace<backend> ws;
     const std::vector<int> five{1, 2, 3, 4, 5};
-    CHECK_THROWS_WITH((vwt::train::loss_and_gradient<backend>({1}, c, layout, p, vwt::train::token_batch{five, five, 2}, grad, ws)),
-                      Catch::Contains("2 non-empty sequences of equal length"));
+    CHECK_THROWS_WITH(probe<B>(c, 2, 2)(p, five, five), Catch::Contains("2 non-empty sequences of 2 tokens"));
     const std::vector<int> bad{1, 2, 13, 4};
-    CHECK_THROWS_WITH((vwt::train::loss_and_gradient<backend>({1}, c, layout, p, vwt::train::token_batch{bad, bad, 2}, grad, ws)),
-                      Catch::Contains("token or target id outside [0, 13)"));
+    CHECK_THROWS_WITH(probe<B>(c, 2, 2)(p, bad, bad), Catch::Contains("token or target id outside [0, 13)"));
+    CHECK_THROWS_WITH(probe<B>(c, 1, 17)(p, five, five), Catch::Contains("exceed the context of 16"));
 }

@@ -6,7 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include <vwt/train/backward.hpp>
+#include <vwt/train/step.hpp>
+#include <vwt/train/trainer.hpp>
 #include <vwt/train/data.hpp>
 #include <vwt/train/optimizer.hpp>
 #include <vwt/vwt.hpp>
@@ -19,7 +20,11 @@ vwt::model_config small_config() {
 }
 }  // namespace
 
-TEST_CASE("AdamW follows torch's update, with muP learning-rate groups and no decay on norms") {
+#define OPTIMIZER_POLICIES vwt::cpu::backend<double>, vwt::reference::backend<double>
+
+TEMPLATE_TEST_CASE("AdamW follows torch's update, with muP learning-rate groups and no decay on norms", "", OPTIMIZER_POLICIES) {
+    using B = TestType;
+    const typename B::context ctx{};
     const auto c = small_config();
     const vwt::parameter_layout layout(c);
     std::vector<double> p;
@@ -27,10 +32,14 @@ TEST_CASE("AdamW follows torch's update, with muP learning-rate groups and no de
     const auto p0 = p;
     std::vector<double> g(p.size());
     for (std::size_t i = 0; i < g.size(); ++i) g[i] = std::sin(static_cast<double>(i)) * 1e-2;
+    typename B::template buffer<double> params(layout.size()), grads(layout.size());
+    B::upload(ctx, std::span<const double>(p), params.view());
+    B::upload(ctx, std::span<const double>(g), grads.view());
     vwt::train::adamw_options o{0.9, 0.95, 1e-10, 0.1};
-    vwt::train::adamw<double> opt(c, layout, o);
+    vwt::train::adamw<B> opt(ctx, c, layout, o);
     const double lr = 0.01;
-    for (int s = 0; s < 3; ++s) opt.step(p, g, lr);
+    for (int s = 0; s < 3; ++s) opt.step(ctx, params.view(), vwt::vector_view<const double, typename B::memory>(grads.view()), lr);
+    B::download(ctx, vwt::vector_view<const double, typename B::memory>(params.view()), std::span<double>(p));
     // Scalar reference: three steps of m, v, bias correction and decoupled decay.
     for (const auto& t : layout.tensors()) {
         CAPTURE(t.name);
@@ -54,16 +63,23 @@ TEST_CASE("AdamW follows torch's update, with muP learning-rate groups and no de
     CHECK(opt.steps() == 3);
 }
 
-TEST_CASE("clipping by global norm") {
-    std::vector<double> g{3, 4, 0, 12};  // norm 13
-    CHECK(vwt::train::clip_by_global_norm<double>(g, 1.0) == Approx(13));
+TEMPLATE_TEST_CASE("clipping by global norm", "", OPTIMIZER_POLICIES) {
+    using B = TestType;
+    const typename B::context ctx{};
+    typename B::template buffer<double> g(4), sum(1);
+    const auto clip = [&](std::vector<double> values, double max_norm) {
+        B::upload(ctx, std::span<const double>(values), g.view());
+        const double norm = vwt::train::clip_by_global_norm<B>(ctx, g.view(), max_norm, sum.view());
+        B::download(ctx, vwt::vector_view<const double, typename B::memory>(g.view()), std::span<double>(values));
+        return std::pair{norm, values};
+    };
+    const auto [norm, clipped] = clip({3, 4, 0, 12}, 1.0);  // norm 13
+    CHECK(norm == Approx(13));
     double n = 0;
-    for (double x : g) n += x * x;
+    for (double x : clipped) n += x * x;
     CHECK(std::sqrt(n) == Approx(1.0).epsilon(1e-6));
-    CHECK(g[3] / g[0] == Approx(4.0));
-    std::vector<double> small{0.1, 0.1};
-    vwt::train::clip_by_global_norm<double>(small, 1.0);
-    CHECK(small[0] == 0.1);
+    CHECK(clipped[3] / clipped[0] == Approx(4.0));
+    CHECK(clip({0.1, 0.1, 0, 0}, 1.0).second[0] == 0.1);
 }
 
 TEST_CASE("learning-rate schedules") {
@@ -123,31 +139,24 @@ TEST_CASE("window loader: contiguous windows, shifted targets, seeded order, res
 }
 
 TEST_CASE("a short training run lowers the loss on a learnable sequence") {
+    using B = vwt::cpu::backend<double>;
     auto c = small_config();
     const vwt::parameter_layout layout(c);
     std::vector<double> p;
     vwt::initialize_parameters(c, layout, 2, p);
     std::vector<int> tokens(400);
     for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int>((i * 5 + i / 13) % 13);
-    vwt::train::window_loader data(tokens, 12, 0.0, 3, "pattern");
-    vwt::train::adamw<double> opt(c, layout);
-    vwt::train::lr_schedule lr{vwt::train::lr_decay::cosine, 0.02, 5, 60, 0.002};
-    std::vector<int> x, y;
-    std::vector<double> g(p.size());
+    vwt::train::train_options o;
+    o.steps = 60;
+    o.batch = 1;
+    o.accumulate = 2;  // gradient accumulation over 2 windows
+    o.lr = {vwt::train::lr_decay::cosine, 0.02, 5, 60, 0.002};
+    vwt::train::trainer<B> t(B::context{1}, c, p, vwt::train::window_loader(tokens, 12, 0.05, 3, "pattern"), o);
     double first = 0, last = 0;
-    for (int step = 1; step <= 60; ++step) {
-        std::fill(g.begin(), g.end(), 0.0);
-        double loss = 0;
-        for (int micro = 0; micro < 2; ++micro) {  // gradient accumulation over 2 windows
-            data.next(x, y);
-            loss += vwt::train::loss_and_gradient<double>(c, layout, p, x, y, g) / 2;
-        }
-        for (double& v : g) v /= 2;
-        vwt::train::clip_by_global_norm<double>(g, 1.0);
-        opt.step(p, g, lr.at(step));
-        if (step <= 5) first += loss / 5;
-        if (step > 55) last += loss / 5;
-    }
+    t.run([&](const vwt::train::step_report& r) {
+        if (r.step <= 5) first += r.loss / 5;
+        if (r.step > 55) last += r.loss / 5;
+    });
     CAPTURE(first, last);
     CHECK(first > 2.0);          // near log(13) = 2.56 at the start
     CHECK(last < 0.6 * first);   // and it learns

@@ -26,7 +26,10 @@ vwt::train::window_loader data() {
     return vwt::train::window_loader(t, 16, 0.1, 4, "pattern");
 }
 
-vwt::train::trainer<float> make(const fs::path& out, std::int64_t steps, std::int64_t every, int threads = 2) {
+using backend = vwt::cpu::backend<float>;
+
+template <class B = backend>
+vwt::train::trainer<B> make(const fs::path& out, std::int64_t steps, std::int64_t every, int threads = 2) {
     auto c = config();
     std::vector<float> p;
     vwt::initialize_parameters(c, vwt::parameter_layout(c), 9, p);
@@ -34,14 +37,22 @@ vwt::train::trainer<float> make(const fs::path& out, std::int64_t steps, std::in
     o.steps = steps;
     o.batch = 3;
     o.accumulate = 2;
-    o.threads = threads;
     o.lr = {vwt::train::lr_decay::cosine, 5e-3, 3, 12, 5e-4};
     o.checkpoint_every = every;
     o.out = out;
-    return vwt::train::trainer<float>(c, std::move(p), data(), o);
+    typename B::context ctx{};
+    if constexpr (requires { ctx.threads; }) ctx.threads = threads;
+    return vwt::train::trainer<B>(ctx, c, p, data(), o);
 }
 
-std::vector<double> losses_of(vwt::train::trainer<float>& t) {
+// A directory of its own per policy: ctest runs the instances of a template test in parallel.
+template <class B>
+fs::path scratch_dir(const std::string& name) {
+    return fs::temp_directory_path() / (name + (std::is_same_v<typename B::memory, vwt::host_memory> ? "_cpu" : "_reference"));
+}
+
+template <class B>
+std::vector<double> losses_of(vwt::train::trainer<B>& t) {
     std::vector<double> l;
     t.run([&](const vwt::train::step_report& r) { l.push_back(r.loss); });
     return l;
@@ -49,33 +60,34 @@ std::vector<double> losses_of(vwt::train::trainer<float>& t) {
 
 }  // namespace
 
-TEST_CASE("resuming gives the loss curve of an uninterrupted run") {
-    const auto base = fs::temp_directory_path() / "vwt_resume_test";
+TEMPLATE_TEST_CASE("resuming gives the loss curve of an uninterrupted run", "", vwt::cpu::backend<float>,
+                   vwt::reference::backend<float>) {
+    const auto base = scratch_dir<TestType>("vwt_resume_test");
     fs::remove_all(base);
-    auto whole = make(base / "whole", 12, 0);
+    auto whole = make<TestType>(base / "whole", 12, 0);
     const auto full = losses_of(whole);
     REQUIRE(full.size() == 12);
     CHECK(full.back() < full.front());
 
-    auto first = make(base / "split", 7, 7);
+    auto first = make<TestType>(base / "split", 7, 7);
     const auto head = losses_of(first);
-    auto second = make(base / "split", 12, 0);
+    auto second = make<TestType>(base / "split", 12, 0);
     second.resume();
     CHECK(second.step() == 7);
     const auto tail = losses_of(second);
     REQUIRE(tail.size() == 5);
     for (std::size_t i = 0; i < 7; ++i) CHECK(head[i] == full[i]);
     for (std::size_t i = 0; i < 5; ++i) CHECK(tail[i] == full[7 + i]);  // bit-identical
-    CHECK(std::vector<float>(second.parameters().begin(), second.parameters().end()) ==
-          std::vector<float>(whole.parameters().begin(), whole.parameters().end()));
+    CHECK(second.parameters() == whole.parameters());
     // A training checkpoint's model part is an ordinary model directory.
     const auto m = vwt::io::load_model_dir(base / "split" / "step-00000012");
     CHECK(m.config.schedule == config().schedule);
     fs::remove_all(base);
 }
 
-TEST_CASE("a process killed while writing checkpoints leaves the previous one intact") {
-    const auto out = fs::temp_directory_path() / "vwt_kill_test";
+TEMPLATE_TEST_CASE("a process killed while writing checkpoints leaves the previous one intact", "", vwt::cpu::backend<float>,
+                   vwt::reference::backend<float>) {
+    const auto out = scratch_dir<TestType>("vwt_kill_test");
     fs::remove_all(out);
     int resumed = 0;
     for (int attempt = 0; attempt < 3; ++attempt) {
@@ -85,19 +97,21 @@ TEST_CASE("a process killed while writing checkpoints leaves the previous one in
             try {
                 // One thread: libgomp's thread pool, started by the earlier tests, does not
                 // survive fork().
-                auto t = make(out, 100000, 1, 1);
+                auto t = make<TestType>(out, 100000, 1, 1);
                 t.run();
             } catch (...) {
             }
             _exit(0);
         }
-        usleep(static_cast<useconds_t>(150000 + 70000 * attempt));
+        // Kill once checkpoints are being written (the first one is there), a little later each time.
+        for (int waited = 0; waited < 2000 && !fs::exists(out / "LATEST"); ++waited) usleep(5000);
+        usleep(static_cast<useconds_t>(20000 + 37000 * attempt));
         kill(child, SIGKILL);
         int status = 0;
         waitpid(child, &status, 0);
         CHECK(WIFSIGNALED(status));
         if (!fs::exists(out / "LATEST")) continue;  // killed before the first checkpoint
-        auto t = make(out, 100000, 0);
+        auto t = make<TestType>(out, 100000, 0);
         REQUIRE_NOTHROW(t.resume());  // LATEST names a complete, loadable checkpoint
         CHECK(t.step() >= 1);
         ++resumed;
@@ -124,7 +138,7 @@ TEST_CASE("non-finite loss, corrupt and mismatched checkpoints are clear errors"
         o.steps = 3;
         o.out = out;
         o.checkpoint_every = 1;
-        vwt::train::trainer<float> bad(c, p, data(), o);
+        vwt::train::trainer<backend> bad(backend::context{1}, c, p, data(), o);
         CHECK_THROWS_WITH(bad.run(), Contains("loss became nan at step 1") && Contains("last checkpoint is kept"));
         CHECK(vwt::io::read_file_bytes(out / "LATEST") == latest);
     }
@@ -135,7 +149,7 @@ TEST_CASE("non-finite loss, corrupt and mismatched checkpoints are clear errors"
         vwt::initialize_parameters(other, vwt::parameter_layout(other), 1, p);
         vwt::train::train_options o;
         o.out = out;
-        vwt::train::trainer<float> t(other, p, data(), o);
+        vwt::train::trainer<backend> t(backend::context{1}, other, p, data(), o);
         CHECK_THROWS_WITH(t.resume(), Contains("has another schedule than this run"));
     }
     {

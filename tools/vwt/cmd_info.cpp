@@ -3,7 +3,7 @@
 #include <map>
 
 #include <vwt/io/atomic_file.hpp>
-#include <vwt/io/schedule_report.hpp>
+#include <vwt/report/schedule_report.hpp>
 
 #include "commands.hpp"
 #include "schedule_flags.hpp"
@@ -38,14 +38,14 @@ void add_info_command(CLI::App& app) {
     cmd->add_option("--kv-dtype", opts->kv_dtype, "dtype of the KV cache: f32, f16, bf16, f8");
     cmd->add_option("--weight-dtype", opts->weight_dtype, "dtype of the weights: f32, f16, bf16, f8");
     cmd->callback([opts] {
-        io::schedule_report_input in;
+        report::schedule_report_input in;
         in.model = opts->schedule.build(in.name, in.base_width);
         in.options = {opts->accounting_context, dtype_bytes("--kv-dtype", opts->kv_dtype),
                       dtype_bytes("--weight-dtype", opts->weight_dtype)};
-        if (opts->json) std::cout << io::schedule_report_json(in).dump(2) << '\n';
-        else std::cout << io::schedule_report_table(in);
+        if (opts->json) std::cout << report::schedule_report_json(in).dump(2) << '\n';
+        else std::cout << report::schedule_report_table(in);
         if (!opts->svg.empty()) {
-            io::write_file_atomic(opts->svg, io::schedule_svg(in.model, "width schedule: " + in.name));
+            io::write_file_atomic(opts->svg, report::schedule_svg(in.model, "width schedule: " + in.name));
             if (!opts->json) std::cout << "wrote " << opts->svg << '\n';
         }
     });

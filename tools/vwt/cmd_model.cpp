@@ -109,9 +109,9 @@ void add_model_commands(CLI::App& app) {
                 std::cout << bytes << std::flush;
                 return true;
             };
-            auto cache = m.make_cache(static_cast<int>(needed));
+            session<model<cpu_backend>> s(m, ctx, static_cast<int>(needed));
             std::cout << o->prompt;
-            generate(m, ctx, cache, prompt, g);
+            generate(ctx, s, prompt, g);
             std::cout << '\n';
         });
     }
@@ -134,10 +134,10 @@ void add_model_commands(CLI::App& app) {
             if (static_cast<int>(tokens.size()) > m.schedule().dims.context)
                 detail::fail("--tokens: ", tokens.size(), " tokens exceed the model's context of ", m.schedule().dims.context);
             auto cache = m.make_cache(static_cast<int>(tokens.size()));
-            const sequence_input<float> in{&cache, tokens};
+            const sequence_input<cpu_backend> in{&cache, tokens};
             const auto logits = m.forward(ctx, std::span(&in, 1), logits_mode::all);
             static_assert(std::endian::native == std::endian::little, "logits are written as the host's floats");
-            io::write_file_atomic(o->out, std::string_view(reinterpret_cast<const char*>(logits.data()), logits.size() * 4));
+            io::write_file_atomic(o->out, std::string_view(reinterpret_cast<const char*>(logits.data()), logits.size() * sizeof(float)));
             std::cout << "wrote " << o->out << " (" << tokens.size() << " x " << m.vocab() << " float32)\n";
         });
     }

@@ -95,7 +95,7 @@ void add_train_commands(CLI::App& app) {
             t.batch = o->batch;
             t.accumulate = o->accumulate;
             t.clip = o->clip;
-            t.threads = o->threads;
+            if (o->threads < 1) detail::fail("--threads: must be at least 1, got ", o->threads);
             t.eval_every = o->eval_every;
             t.checkpoint_every = o->checkpoint_every;
             t.out = o->out;
@@ -107,7 +107,7 @@ void add_train_commands(CLI::App& app) {
             t.lr = {decay, o->lr, warmup, o->steps, o->lr / 10};
             if (decay == train::lr_decay::power) t.lr.tokens_per_step = static_cast<double>(o->batch) * o->accumulate * o->seq;
             std::filesystem::create_directories(o->out);
-            train::trainer<float> tr(c, std::move(params), std::move(data), t);
+            train::trainer<cpu::backend<float>> tr(cpu::context{o->threads}, c, params, std::move(data), t);
             const auto log_path = std::filesystem::path(o->out) / "log.jsonl";
             if (o->resume) {
                 tr.resume();
@@ -137,7 +137,7 @@ void add_train_commands(CLI::App& app) {
     {
         struct options {
             std::string model, data, format = "text";
-            int seq = 128;
+            int seq = 128, threads = 1;
             double validation = 0.1;
         };
         auto o = std::make_shared<options>();
@@ -147,14 +147,17 @@ void add_train_commands(CLI::App& app) {
         cmd->add_option("--format", o->format, "text, u16 or u32");
         cmd->add_option("--seq", o->seq, "sequence length");
         cmd->add_option("--validation", o->validation, "held-out fraction at the end of the corpus");
+        cmd->add_option("--threads", o->threads, "CPU threads");
         cmd->callback([o] {
-            auto m = io::load_model_dir(o->model);
-            const parameter_layout layout(m.config);
-            if (o->seq > m.config.schedule.dims.context)
-                detail::fail("--seq: ", o->seq, " is above the model's context of ", m.config.schedule.dims.context);
-            auto tokens = train::read_tokens(o->data, parse_token_format(o->format), m.config.schedule.dims.vocab);
+            if (o->threads < 1) detail::fail("--threads: must be at least 1, got ", o->threads);
+            auto loaded = io::load_model_dir(o->model);
+            if (o->seq > loaded.config.schedule.dims.context)
+                detail::fail("--seq: ", o->seq, " is above the model's context of ", loaded.config.schedule.dims.context);
+            auto tokens = train::read_tokens(o->data, parse_token_format(o->format), loaded.config.schedule.dims.vocab);
             const train::window_loader data(std::move(tokens), o->seq, o->validation, 0, o->data);
-            const double loss = train::validation_loss<float>(m.config, layout, m.params, data);
+            const cpu::context ctx{o->threads};
+            const model<cpu::backend<float>> m(std::move(loaded.config), loaded.params, ctx);
+            const double loss = train::validation_loss(ctx, m, data);
             std::cout << "validation loss " << loss << " perplexity " << std::exp(loss) << " over " << data.validation_windows()
                       << " windows of " << o->seq << " tokens\n";
         });

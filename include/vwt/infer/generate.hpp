@@ -1,15 +1,15 @@
-// The generation loop over one KV cache: prefill the prompt, then decode token by token with a
+// The generation loop over a session: prefill the prompt, then decode token by token with a
 // sampler, stop tokens, a token limit and a streaming callback that may also cancel.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <random>
 #include <span>
 #include <vector>
 
-#include "../model.hpp"
-#include "sampling.hpp"
+#include "session.hpp"
 
 namespace vwt {
 
@@ -22,34 +22,29 @@ struct generation_options {
     std::function<bool(int)> on_token{};
 };
 
-// Appends the prompt to `cache` and generates up to max_new_tokens; returns the new tokens (a
-// stop token ends generation and is included).
+// Appends the prompt to the session and generates up to max_new_tokens; returns the new tokens (a
+// stop token ends generation and is included; the last token is returned but not fed back).
 template <class Model>
-std::vector<int> generate(const Model& m, const typename Model::context& ctx, kv_cache<typename Model::T>& cache,
-                          std::span<const int> prompt, const generation_options& o) {
-    using T = typename Model::T;
+std::vector<int> generate(const typename Model::context& ctx, session<Model>& s, std::span<const int> prompt,
+                          const generation_options& o) {
     o.sampling.validate();
     if (prompt.empty()) detail::fail("generate: the prompt is empty");
     if (o.max_new_tokens < 0) detail::fail("generate: max new tokens must be >= 0, got ", o.max_new_tokens);
-    const auto needed = static_cast<std::int64_t>(cache.length()) + static_cast<std::int64_t>(prompt.size()) + o.max_new_tokens;
-    if (needed > cache.capacity())
+    const auto needed = static_cast<std::int64_t>(s.length()) + static_cast<std::int64_t>(prompt.size()) + o.max_new_tokens;
+    if (needed > s.capacity())
         detail::fail("generate: prompt (", prompt.size(), " tokens) plus ", o.max_new_tokens, " new tokens need ", needed,
-                     " positions, beyond the context of ", cache.capacity());
+                     " positions, beyond the session's capacity of ", s.capacity());
     std::mt19937_64 rng(o.seed);
     std::vector<int> out;
-    std::vector<T> logits;
-    const auto step = [&](std::span<const int> tokens) {
-        const sequence_input<T> in{&cache, tokens};
-        logits = m.forward(ctx, std::span<const sequence_input<T>>(&in, 1), logits_mode::last);
-    };
-    step(prompt);
+    out.reserve(static_cast<std::size_t>(o.max_new_tokens));
+    s.append(ctx, prompt);
     for (int i = 0; i < o.max_new_tokens; ++i) {
-        const int token = sample_token(std::span<const T>(logits), o.sampling, rng);
+        const int token = s.sample(o.sampling, rng);
         out.push_back(token);
         const bool stop = std::find(o.stop_tokens.begin(), o.stop_tokens.end(), token) != o.stop_tokens.end();
         if (o.on_token && !o.on_token(token)) break;
         if (stop || i + 1 == o.max_new_tokens) break;
-        step(std::span<const int>(&out.back(), 1));
+        s.append(ctx, std::span<const int>(&out.back(), 1));
     }
     return out;
 }

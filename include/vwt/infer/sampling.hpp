@@ -1,5 +1,6 @@
 // Sampling from one row of logits: greedy, temperature, top-k, top-p (nucleus), composed in that
-// order, drawing from a generator the caller owns and seeds.
+// order, drawing from a generator the caller owns and seeds. A sampler holds its scratch, sized
+// for the vocabulary once, so drawing a token allocates nothing.
 #pragma once
 
 #include <algorithm>
@@ -25,39 +26,66 @@ struct sampling_options {
     }
 };
 
+class sampler {
+public:
+    explicit sampler(int vocab) : order_(static_cast<std::size_t>(std::max(vocab, 0))), weight_(order_.size()) {}
+
+    // A token drawn from softmax(logits / temperature) restricted to the top-k, then to the top-p
+    // nucleus; ties between equal logits go to the lower id.
+    template <class T>
+    int sample(std::span<const T> logits, const sampling_options& o, std::mt19937_64& rng) {
+        o.validate();
+        if (logits.empty()) detail::fail("sampling: empty logits");
+        if (logits.size() > order_.size())
+            detail::fail("sampling: ", logits.size(), " logits for a sampler of ", order_.size(), " tokens");
+        if (o.temperature == 0) return static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        const std::size_t n = logits.size();
+        std::iota(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(n), 0);
+        const auto before = [&](int a, int b) {
+            const auto la = logits[static_cast<std::size_t>(a)], lb = logits[static_cast<std::size_t>(b)];
+            return la > lb || (la == lb && a < b);
+        };
+        std::size_t keep = o.top_k > 0 ? std::min(n, static_cast<std::size_t>(o.top_k)) : n;
+        const auto first = order_.begin(), middle = first + static_cast<std::ptrdiff_t>(keep);
+        if (keep < n) std::partial_sort(first, middle, first + static_cast<std::ptrdiff_t>(n), before);
+        else std::sort(first, middle, before);
+        const double top = static_cast<double>(logits[static_cast<std::size_t>(order_[0])]);
+        double sum = 0;
+        for (std::size_t i = 0; i < keep; ++i) {
+            weight_[i] = std::exp((static_cast<double>(logits[static_cast<std::size_t>(order_[i])]) - top) / o.temperature);
+            sum += weight_[i];
+        }
+        if (o.top_p < 1) {
+            double cumulative = 0;
+            std::size_t kept = 0;
+            while (kept < keep) {
+                cumulative += weight_[kept] / sum;
+                ++kept;
+                if (cumulative >= o.top_p) break;
+            }
+            keep = kept;
+            sum = 0;
+            for (std::size_t i = 0; i < keep; ++i) sum += weight_[i];
+        }
+        // Inverse CDF of the kept weights.
+        const double u = std::uniform_real_distribution<double>(0.0, sum)(rng);
+        double cumulative = 0;
+        for (std::size_t i = 0; i < keep; ++i) {
+            cumulative += weight_[i];
+            if (u < cumulative) return order_[i];
+        }
+        return order_[keep - 1];
+    }
+
+private:
+    std::vector<int> order_;
+    std::vector<double> weight_;
+};
+
+// One draw with a sampler made for it (allocates; loops keep a sampler).
 template <class T>
 int sample_token(std::span<const T> logits, const sampling_options& o, std::mt19937_64& rng) {
-    o.validate();
-    if (logits.empty()) detail::fail("sampling: empty logits");
-    if (o.temperature == 0) return static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    std::vector<int> order(logits.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::sort(order.begin(), order.end(), [&](int a, int b) {
-        return logits[static_cast<std::size_t>(a)] > logits[static_cast<std::size_t>(b)] ||
-               (logits[static_cast<std::size_t>(a)] == logits[static_cast<std::size_t>(b)] && a < b);
-    });
-    std::size_t keep = order.size();
-    if (o.top_k > 0) keep = std::min(keep, static_cast<std::size_t>(o.top_k));
-    std::vector<double> p(keep);
-    const double top = logits[static_cast<std::size_t>(order[0])];
-    double sum = 0;
-    for (std::size_t i = 0; i < keep; ++i) {
-        p[i] = std::exp((logits[static_cast<std::size_t>(order[i])] - top) / o.temperature);
-        sum += p[i];
-    }
-    if (o.top_p < 1) {
-        double cumulative = 0;
-        std::size_t n = 0;
-        while (n < keep) {
-            cumulative += p[n] / sum;
-            ++n;
-            if (cumulative >= o.top_p) break;
-        }
-        keep = n;
-        p.resize(keep);
-    }
-    std::discrete_distribution<std::size_t> pick(p.begin(), p.end());
-    return order[pick(rng)];
+    return sampler(static_cast<int>(logits.size())).sample(logits, o, rng);
 }
 
 }  // namespace vwt

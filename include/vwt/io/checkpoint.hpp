@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../parameters.hpp"
+#include "../params/layout.hpp"
 #include "config.hpp"
 #include "json.hpp"
 #include "safetensors.hpp"

@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../model_config.hpp"
+#include "../model/config.hpp"
 #include "../schedule/generate.hpp"
 
 namespace vwt::io {
@@ -79,7 +79,7 @@ inline nlohmann::ordered_json config_to_json(const model_config& c, const schedu
                         {"add_bias", false},
                         {"attention_multiplier", c.attention_scale(i)}});
         mlp.push_back({{"mlp_type", "MLP"}, {"activation_function", "swiglu"}, {"intermediate_size", 4 * s.width(i)},
-                       {"add_bias", false}, {"use_interleaved_weights", c.mlp == mlp_layout::interleaved}});
+                       {"add_bias", false}, {"use_interleaved_weights", c.mlp == swiglu_layout::interleaved}});
     }
     return j;
 }
@@ -282,7 +282,7 @@ inline model_config config_from_json(const nlohmann::json& j, const std::string&
     const bool legacy_interleaved = top.choice("vwt_mlp_layout", interleaved ? "interleaved" : "split", {"split", "interleaved"}) == "interleaved";
     if (legacy_interleaved != interleaved)
         top.fail("fields 'vwt_mlp_layout' and 'mlp_blocks[].use_interleaved_weights' disagree");
-    c.mlp = interleaved ? mlp_layout::interleaved : mlp_layout::split;
+    c.mlp = interleaved ? swiglu_layout::interleaved : swiglu_layout::split;
     const auto special = [&](const char* key) { return static_cast<int>(top.integer_or(key, 0, d.vocab - 1, -1)); };
     c.bos_token_id = special("bos_token_id");
     c.eos_token_id = special("eos_token_id");

@@ -1,132 +1,129 @@
-// One transformer block as a template over its width: pre-norm attention (RoPE, GQA, causal,
-// KV cache) and a pre-norm SwiGLU MLP, each added to the layer's columns of the residual stream.
+// One transformer block as a template over its width and its MLP: pre-norm attention and a
+// pre-norm MLP, each added to the layer's columns of the residual stream. The same block serves
+// inference (KV cache, nothing kept) and training (it keeps what backward needs in `saved`).
 #pragma once
 
-// Layers call only Backend:: ops, never Eigen, so a CUDA policy needs no change here.
+// Layers call only ops of the backend policy B and never touch its memory, so any policy (the
+// CPU's, the reference's, a device's) runs this code unchanged.
 
 #include <span>
-#include <type_traits>
-#include <vector>
 
-#include "../detail/aligned.hpp"
-#include "../infer/kv_cache.hpp"
-#include "../model_config.hpp"
-#include "../residual_view.hpp"
+#include "../model/config.hpp"
+#include "attention.hpp"
+#include "rmsnorm.hpp"
+#include "swiglu.hpp"
 
 namespace vwt {
 
-// A width known at compile time (a static schedule) or at run time (a dynamic one).
-template <int W>
-struct fixed_width {
-    static_assert(W > 0, "a layer width must be positive");
-    static constexpr bool is_fixed = true;
-    constexpr int operator()() const { return W; }
-};
-struct dynamic_width {
-    static constexpr bool is_fixed = false;
-    int value = 0;
-    constexpr int operator()() const { return value; }
-};
-
-// One sequence of a batch: its rows in the batch's residual buffer and its KV cache. Rows are
-// positions cache.length() .. cache.length() + rows - 1.
-template <class T>
-struct batch_sequence {
-    kv_cache<T>* cache = nullptr;
-    index_t row_begin = 0;
-    index_t rows = 0;
-};
-
-// Scratch memory of one forward pass, sized for the widest layer.
-template <class T>
-struct block_scratch {
-    aligned_vector<T> normed, qkv, q, attn, fused, act;
-    void reserve(index_t rows, const dynamic_schedule& s) {
-        const index_t w = s.max_width, hd = s.max_width / s.dims.heads;
-        normed.resize(static_cast<std::size_t>(rows * s.residual_width));
-        qkv.resize(static_cast<std::size_t>(rows * (s.dims.heads + 2 * s.dims.kv_heads) * hd));
-        q.resize(static_cast<std::size_t>(rows * s.dims.heads * hd));
-        attn.resize(static_cast<std::size_t>(rows * s.dims.heads * hd));
-        fused.resize(static_cast<std::size_t>(rows * 8 * w));
-        act.resize(static_cast<std::size_t>(rows * 4 * w));
-    }
+// All tensors of one block, over any element type E (weights, gradients, moments share it).
+template <class E, memory_space M, class MlpTensors>
+struct block_tensors {
+    vector_view<E, M> ln_1;
+    attention_tensors<E, M> attn;
+    vector_view<E, M> ln_2;
+    MlpTensors mlp;
 };
 
 struct block_hyper {
     int layer = 0;
-    int heads = 0, kv_heads = 0;
+    int kv_heads = 0;
     double attention_scale = 0, m_residual = 1, norm_eps = 1e-5, rope_theta = 10000;
-    mlp_layout mlp = mlp_layout::split;
+    swiglu_layout mlp = swiglu_layout::split;
 };
 
-template <class Backend, class Width>
+inline block_hyper hyper_of(const model_config& c, int layer) {
+    return {layer, c.schedule.dims.kv_heads, c.attention_scale(layer), c.m_residual, c.norm_eps, c.rope_theta, c.mlp};
+}
+
+template <class B, layer_width Width, template <class, class> class Mlp = swiglu_mlp>
 class block {
 public:
-    using T = typename Backend::scalar;
+    using T = typename B::compute_type;
+    using M = typename B::memory;
+    using mlp_type = Mlp<B, Width>;
+    using attention_type = attention<B, Width>;
+    template <class E>
+    using tensors = block_tensors<E, M, typename mlp_type::template tensors<E>>;
+    template <class U, index_t C = dynamic_extent>
+    using mat = matrix_view<U, M, C>;
+    static constexpr index_t C = Width::cols_extent;
 
-    struct weights {
-        const T* ln_1;
-        const T* c_attn;    // [(H + 2 Hkv) d x w], rows grouped per kv head: [G d query | d key | d value]
-        const T* attn_proj; // [w x H d]
-        const T* ln_2;
-        const T* c_fc;      // [8w x w]
-        const T* mlp_proj;  // [w x 4w]
+    // What backward needs from forward: the layer's input and middle residual columns, and what
+    // the attention and the MLP keep.
+    struct saved {
+        mat<T, C> x_in, x_mid;
+        typename attention_type::saved attn;
+        typename mlp_type::saved mlp;
     };
 
-    block(Width width, block_hyper hyper, weights w) : width_(width), hp_(hyper), w_(w) {
-        if (width_() % hp_.heads != 0 || (width_() / hp_.heads) % 2 != 0)
-            detail::fail("block ", hp_.layer, ": width ", width_(), " does not split into ", hp_.heads,
-                         " heads of even size");
+    template <class E>
+    static tensors<E> bind(const tensor_binder<E, M>& b, int layer) {
+        const auto p = layer_prefix(layer);
+        return {b.vector(p + "ln_1.weight"), attention_tensors<E, M>::bind(b, layer), b.vector(p + "ln_2.weight"),
+                mlp_type::template tensors<E>::bind(b, layer)};
     }
 
-    constexpr int width() const { return width_(); }
-    constexpr int head_dim() const { return width_() / hp_.heads; }
+    block(Width width, const block_hyper& hp, tensors<const typename B::weight_type> w)
+        : width_(width),
+          layer_(hp.layer),
+          ln_1_{w.ln_1, T(hp.norm_eps)},
+          ln_2_{w.ln_2, T(hp.norm_eps)},
+          attn_{w.attn, width, hp.kv_heads, T(hp.attention_scale), T(hp.m_residual), rope<B>{hp.rope_theta}},
+          mlp_{w.mlp, width, hp.mlp, T(hp.m_residual)} {}
 
-    template <class Context>
-    void forward(const Context& ctx, residual_view<T> x, std::span<const batch_sequence<T>> seqs,
-                 std::span<const int> positions, block_scratch<T>& s) const {
-        const index_t rows = x.rows(), w = width(), d = head_dim();
-        const int H = hp_.heads, Hkv = hp_.kv_heads, G = H / Hkv;
-        const index_t qkv_cols = (H + 2 * Hkv) * d;
-        const auto layer = x.layer(w);
-        const matrix_view<T> normed{s.normed.data(), rows, w, w};
-        const matrix_view<T> qkv{s.qkv.data(), rows, qkv_cols, qkv_cols};
-        const matrix_view<T> q{s.q.data(), rows, H * d, H * d};
-        const matrix_view<T> attn{s.attn.data(), rows, H * d, H * d};
-        const T res = static_cast<T>(hp_.m_residual);
+    int width() const { return width_.value(); }
+    int layer() const { return layer_; }
 
-        // attention
-        Backend::rmsnorm(ctx, layer, w_.ln_1, normed, static_cast<T>(hp_.norm_eps));
-        Backend::matmul_nt(ctx, normed, matrix_view<const T>{w_.c_attn, qkv_cols, w, w}, qkv);
-        // Each kv group holds G queries then its key, contiguous: rotate those G + 1 heads.
-        Backend::rope(ctx, qkv, Hkv, G + 1, (G + 2) * d, static_cast<int>(d), positions.data(), hp_.rope_theta);
-        for (const auto& seq : seqs) {
-            auto keys = seq.cache->keys(hp_.layer);
-            auto values = seq.cache->values(hp_.layer);
-            const index_t past = seq.cache->length(), end = seq.row_begin + seq.rows;
-            Backend::split_qkv(qkv.rows_range(seq.row_begin, end), q.rows_range(seq.row_begin, end),
-                               keys.rows_range(past, past + seq.rows), values.rows_range(past, past + seq.rows), H, Hkv, d);
-            const index_t n_ctx = past + seq.rows;
-            Backend::attention(ctx, q.rows_range(seq.row_begin, end), keys.rows_range(0, n_ctx), values.rows_range(0, n_ctx),
-                               attn.rows_range(seq.row_begin, end), H, Hkv,
-                               static_cast<int>(d), static_cast<T>(hp_.attention_scale));
-        }
-        Backend::matmul_nt(ctx, attn, matrix_view<const T>{w_.attn_proj, w, H * d, H * d}, layer, res, T(1));
+    // Elements of `saved` for `rows` tokens, and its views carved from `memory`.
+    index_t saved_elements(index_t rows) const {
+        return 2 * rows * width() + attention_type::saved::elements(rows, width_, attn_.kv_heads) + mlp_type::saved::elements(rows, width_);
+    }
+    saved carve_saved(vector_view<T, M> memory, index_t rows) const {
+        const index_t w = width(), a = attention_type::saved::elements(rows, width_, attn_.kv_heads);
+        return {memory.subview(0, rows * w).template as_matrix_of<C>(rows, w),
+                memory.subview(rows * w, rows * w).template as_matrix_of<C>(rows, w),
+                attention_type::saved::carve(memory.subview(2 * rows * w, a), rows, width_, attn_.kv_heads),
+                mlp_type::saved::carve(memory.subview(2 * rows * w + a, mlp_type::saved::elements(rows, width_)), rows, width_)};
+    }
 
-        // MLP
-        const index_t inter = 4 * w;
-        const matrix_view<T> fused{s.fused.data(), rows, 2 * inter, 2 * inter};
-        const matrix_view<T> act{s.act.data(), rows, inter, inter};
-        Backend::rmsnorm(ctx, layer, w_.ln_2, normed, static_cast<T>(hp_.norm_eps));
-        Backend::matmul_nt(ctx, normed, matrix_view<const T>{w_.c_fc, 2 * inter, w, w}, fused);
-        Backend::swiglu(ctx, fused, act, inter, hp_.mlp == mlp_layout::interleaved);
-        Backend::matmul_nt(ctx, act, matrix_view<const T>{w_.mlp_proj, w, inter, inter}, layer, res, T(1));
+    template <class KvOf>
+    void forward(const typename B::context& ctx, residual_view<T, M> x, std::span<const sequence_rows> seqs,
+                 vector_view<const int, M> positions, KvOf&& kv_of, const layer_scratch<B>& s, const saved* keep = nullptr) const {
+        const index_t rows = x.rows();
+        const auto layer = x.layer(width_);
+        const auto normed = s.normed.template as_matrix_of<C>(rows, width());
+        if (keep) B::copy(ctx, layer, keep->x_in);
+        ln_1_.forward(ctx, layer.as_const(), normed);
+        attn_.forward(ctx, normed.as_const(), layer, seqs, positions, kv_of, s, keep ? &keep->attn : nullptr);
+        if (keep) B::copy(ctx, layer, keep->x_mid);
+        ln_2_.forward(ctx, layer.as_const(), normed);
+        mlp_.forward(ctx, normed.as_const(), layer, s, keep ? &keep->mlp : nullptr);
+    }
+
+    // dx: the gradient of the residual stream after this block, becomes the gradient before it
+    // (in the layer's columns; the others pass through). Weight gradients are added into grads.
+    void backward(const typename B::context& ctx, residual_view<T, M> dx, std::span<const sequence_rows> seqs,
+                  vector_view<const int, M> positions, const saved& kept, const layer_scratch<B>& s, tensors<T> grads) const {
+        const index_t rows = dx.rows();
+        const auto d_layer = dx.layer(width_);
+        const auto normed = s.normed.template as_matrix_of<C>(rows, width());
+        const auto d_normed = s.d_normed.template as_matrix_of<C>(rows, width());
+        // MLP: x += res * mlp(rmsnorm(x))
+        ln_2_.forward(ctx, kept.x_mid.as_const(), normed);
+        mlp_.backward(ctx, normed.as_const(), d_layer.as_const(), kept.mlp, s, d_normed, grads.mlp);
+        ln_2_.backward(ctx, kept.x_mid.as_const(), d_normed.as_const(), d_layer, grads.ln_2, s.norm);
+        // attention: x += res * attention(rmsnorm(x))
+        ln_1_.forward(ctx, kept.x_in.as_const(), normed);
+        attn_.backward(ctx, normed.as_const(), d_layer.as_const(), kept.attn, seqs, positions, s, d_normed, grads.attn);
+        ln_1_.backward(ctx, kept.x_in.as_const(), d_normed.as_const(), d_layer, grads.ln_1, s.norm);
     }
 
 private:
     Width width_;
-    block_hyper hp_;
-    weights w_;
+    int layer_ = 0;
+    rmsnorm<B> ln_1_, ln_2_;
+    attention_type attn_;
+    mlp_type mlp_;
 };
 
 }  // namespace vwt

@@ -55,6 +55,7 @@ public:
     }
 
     std::size_t windows_per_epoch() const { return windows_; }
+    int sequence_length() const { return seq_; }
     std::uint64_t position() const { return position_; }  // windows served so far (for resuming)
     // Continues as if `position` windows had been served: the order of that window's epoch.
     void seek(std::uint64_t position) {

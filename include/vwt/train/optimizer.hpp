@@ -1,5 +1,6 @@
 // AdamW over the contiguous parameter buffer with the authors' muP groups, learning-rate
-// schedules (constant, cosine, lm_engine's power), and gradient clipping by global norm.
+// schedules (constant, cosine, lm_engine's power), and gradient clipping by global norm; the
+// updates are ops of the backend policy, the schedules plain host arithmetic.
 #pragma once
 
 #include <cmath>
@@ -7,7 +8,8 @@
 #include <span>
 #include <vector>
 
-#include "../parameters.hpp"
+#include "../backend/policy.hpp"
+#include "../params/layout.hpp"
 
 namespace vwt::train {
 
@@ -32,41 +34,50 @@ inline tensor_group group_of(const model_config& c, const tensor_info& t) {
     return g;
 }
 
-template <class T>
+// AdamW over the contiguous parameter buffer, per tensor group, as ops of the policy; the moments
+// live in the policy's memory in its state type.
+template <class B>
 class adamw {
 public:
-    adamw(const model_config& c, const parameter_layout& layout, adamw_options o = {})
-        : o_(o), m_(static_cast<std::size_t>(layout.size())), v_(static_cast<std::size_t>(layout.size())) {
+    using T = typename B::compute_type;
+    using S = typename B::state_type;
+    using M = typename B::memory;
+
+    adamw(const typename B::context& ctx, const model_config& c, const parameter_layout& layout, adamw_options o = {})
+        : o_(o), m_(layout.size()), v_(layout.size()) {
         for (const auto& t : layout.tensors()) groups_.push_back({t.offset, t.numel(), group_of(c, t)});
+        reset(ctx);
     }
 
     std::int64_t steps() const { return step_; }
-    std::span<const T> first_moment() const { return m_; }
-    std::span<const T> second_moment() const { return v_; }
-    // Restores the state saved from first_moment(), second_moment() and steps().
-    void restore(std::span<const T> m, std::span<const T> v, std::int64_t steps) {
-        if (m.size() != m_.size() || v.size() != v_.size()) vwt::detail::fail("adamw: optimizer state of the wrong size");
-        m_.assign(m.begin(), m.end());
-        v_.assign(v.begin(), v.end());
+    vector_view<const S, M> first_moment() const { return m_.view(); }
+    vector_view<const S, M> second_moment() const { return v_.view(); }
+    // Zeroes the moments (a fresh optimizer) or restores those saved from the views above.
+    void reset(const typename B::context& ctx) {
+        const std::vector<S> zeros(static_cast<std::size_t>(m_.size()), S(0));
+        B::upload(ctx, std::span<const S>(zeros), m_.view());
+        B::upload(ctx, std::span<const S>(zeros), v_.view());
+        step_ = 0;
+    }
+    void restore(const typename B::context& ctx, std::span<const S> m, std::span<const S> v, std::int64_t steps) {
+        if (static_cast<index_t>(m.size()) != m_.size() || static_cast<index_t>(v.size()) != v_.size())
+            vwt::detail::fail("adamw: optimizer state of the wrong size");
+        B::upload(ctx, m, m_.view());
+        B::upload(ctx, v, v_.view());
         step_ = steps;
     }
 
     // One step at learning rate lr (torch.optim.AdamW's update, per-tensor lr and decay).
-    void step(std::span<T> params, std::span<const T> grad, double lr) {
+    void step(const typename B::context& ctx, vector_view<typename B::weight_type, M> params, vector_view<const T, M> grad, double lr) {
         if (params.size() != m_.size() || grad.size() != m_.size()) vwt::detail::fail("adamw: buffers of the wrong size");
         ++step_;
         const double bc1 = 1 - std::pow(o_.beta1, static_cast<double>(step_));
         const double bc2 = 1 - std::pow(o_.beta2, static_cast<double>(step_));
         for (const auto& g : groups_) {
             const double glr = lr * g.group.lr_scale;
-            const T decay = static_cast<T>(g.group.decay ? 1 - glr * o_.weight_decay : 1.0);
-            const T step_size = static_cast<T>(glr / bc1), root_bc2 = static_cast<T>(std::sqrt(bc2));
-            for (std::int64_t i = g.offset; i < g.offset + g.size; ++i) {
-                const auto k = static_cast<std::size_t>(i);
-                m_[k] = static_cast<T>(o_.beta1) * m_[k] + static_cast<T>(1 - o_.beta1) * grad[k];
-                v_[k] = static_cast<T>(o_.beta2) * v_[k] + static_cast<T>(1 - o_.beta2) * grad[k] * grad[k];
-                params[k] = params[k] * decay - step_size * m_[k] / (std::sqrt(v_[k]) / root_bc2 + static_cast<T>(o_.eps));
-            }
+            const adamw_update u{o_.beta1, o_.beta2, o_.eps, g.group.decay ? 1 - glr * o_.weight_decay : 1.0, glr / bc1, std::sqrt(bc2)};
+            B::adamw(ctx, params.subview(g.offset, g.size), grad.subview(g.offset, g.size), m_.view().subview(g.offset, g.size),
+                     v_.view().subview(g.offset, g.size), u);
         }
     }
 
@@ -77,20 +88,21 @@ private:
     };
     adamw_options o_;
     std::vector<span_group> groups_;
-    std::vector<T> m_, v_;
+    typename B::template buffer<S> m_, v_;
     std::int64_t step_ = 0;
 };
 
-// Scales `grad` so that its global L2 norm is at most max_norm; returns the norm before clipping.
-template <class T>
-double clip_by_global_norm(std::span<T> grad, double max_norm) {
+// Scales `grad` so that its global L2 norm is at most max_norm (0: no clipping); returns the norm
+// before clipping. `sum` is a one-element buffer in the policy's memory.
+template <class B>
+double clip_by_global_norm(const typename B::context& ctx, vector_view<typename B::compute_type, typename B::memory> grad,
+                           double max_norm, vector_view<double, typename B::memory> sum) {
+    using T = typename B::compute_type;
+    B::sum_squares(ctx, vector_view<const T, typename B::memory>(grad), sum);
     double sq = 0;
-    for (T g : grad) sq += static_cast<double>(g) * g;
+    B::download(ctx, vector_view<const double, typename B::memory>(sum.first(1)), std::span<double>(&sq, 1));
     const double norm = std::sqrt(sq);
-    if (max_norm > 0 && norm > max_norm) {
-        const T scale = static_cast<T>(max_norm / (norm + 1e-6));
-        for (T& g : grad) g *= scale;
-    }
+    if (max_norm > 0 && norm > max_norm) B::scale(ctx, grad, static_cast<T>(max_norm / (norm + 1e-6)));
     return norm;
 }
 

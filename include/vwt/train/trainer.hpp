@@ -1,5 +1,6 @@
 // The training loop: batches of windows, gradient accumulation, clipping, AdamW, validation, and
 // resumable checkpoints (model, optimizer moments, step, data position) that survive a crash.
+// Generic over the backend policy: parameters, gradients and moments live in its memory.
 #pragma once
 
 // A checkpoint is a directory step-NNNNNNNN/ under the output directory, written completely
@@ -11,17 +12,18 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "../io/checkpoint.hpp"
-#include "../model.hpp"
-#include "backward.hpp"
+#include "../model/model.hpp"
+#include "comm.hpp"
 #include "data.hpp"
 #include "optimizer.hpp"
-#include "../backend/cpu/backend.hpp"  // VWT_OMP
+#include "step.hpp"
 
 namespace vwt::train {
 
@@ -32,7 +34,6 @@ struct train_options {
     double clip = 1.0;      // global gradient norm; 0 disables
     lr_schedule lr{lr_decay::cosine, 3e-3, 10, 100, 3e-4};
     adamw_options adam{};
-    int threads = 1;
     std::int64_t eval_every = 0;        // 0: only at the end
     std::int64_t checkpoint_every = 0;  // 0: only at the end
     std::filesystem::path out;          // empty: no checkpoints
@@ -45,29 +46,33 @@ struct step_report {
 };
 
 // Mean validation loss over every validation window (or over the first `limit`), by the
-// inference forward pass (no activations kept).
-template <class T>
-double validation_loss(const model_config& c, const parameter_layout& layout, std::span<const T> params,
-                       const window_loader& data, std::size_t limit = 0, int threads = 1) {
-    (void)layout;
+// inference forward pass (no activations kept): the mean over windows of each window's mean
+// next-token cross-entropy.
+template <class Model>
+double validation_loss(const typename Model::context& ctx, const Model& m, const window_loader& data, std::size_t limit = 0) {
+    using B = typename Model::backend;
+    using T = typename B::compute_type;
     const std::size_t n = limit ? std::min(limit, data.validation_windows()) : data.validation_windows();
     if (n == 0) return std::nan("");
-    const model<cpu::backend<T>> m(c, params);
-    const int V = m.vocab();
+    const auto length = static_cast<index_t>(data.sequence_length());
+    auto cache = m.make_cache(static_cast<int>(length));
+    auto ws = m.make_workspace(ctx, length, length);
+    typename B::template buffer<int> targets(length);
+    typename B::template buffer<double> losses(length);
+    std::vector<double> host_losses(static_cast<std::size_t>(length));
     double sum = 0;
     std::vector<int> x, y;
     for (std::size_t i = 0; i < n; ++i) {
         data.validation_window(i, x, y);
-        auto cache = m.make_cache(static_cast<int>(x.size()));
-        const sequence_input<T> in{&cache, x};
-        const auto logits = m.forward({threads}, std::span(&in, 1), logits_mode::all);
-        for (std::size_t t = 0; t < x.size(); ++t) {
-            const T* row = logits.data() + t * static_cast<std::size_t>(V);
-            const double mx = *std::max_element(row, row + V);
-            double z = 0;
-            for (int v = 0; v < V; ++v) z += std::exp(static_cast<double>(row[v]) - mx);
-            sum += (std::log(z) + mx - row[y[t]]) / static_cast<double>(x.size());
-        }
+        cache.clear();
+        const sequence_input<B> in{&cache, x};
+        const auto logits = m.forward(ctx, ws, std::span<const sequence_input<B>>(&in, 1), logits_mode::all);
+        B::upload(ctx, std::span<const int>(y), targets.view());
+        B::cross_entropy(ctx, logits, targets.view(), T(0), losses.view());
+        B::download(ctx, vector_view<const double, typename B::memory>(losses.view()), std::span<double>(host_losses));
+        double window = 0;
+        for (double l : host_losses) window += l;
+        sum += window / static_cast<double>(length);
     }
     return sum / static_cast<double>(n);
 }
@@ -78,30 +83,48 @@ inline std::string checkpoint_name(std::int64_t step) {
     return buf;
 }
 
-template <class T>
+template <class B>
 class trainer {
 public:
-    trainer(model_config c, std::span<const T> params, window_loader data, train_options o)
-        : c_(std::move(c)), layout_(c_), params_(params.begin(), params.end()), data_(std::move(data)), o_(std::move(o)),
-          opt_(c_, layout_, o_.adam) {
-        if (static_cast<std::int64_t>(params_.size()) != layout_.size()) vwt::detail::fail("trainer: parameter buffer of the wrong size");
-        if (o_.batch < 1 || o_.accumulate < 1 || o_.threads < 1) vwt::detail::fail("trainer: batch, accumulate and threads must be >= 1");
+    using T = typename B::compute_type;
+    using W = typename B::weight_type;
+    using M = typename B::memory;
+    using context = typename B::context;
+
+    // `comm` (kept by reference, default: this process alone) combines gradients across ranks.
+    trainer(const context& ctx, model_config c, std::span<const W> params, window_loader data, train_options o,
+            communicator<B>* comm = nullptr)
+        : ctx_(ctx),
+          model_(std::move(c), params, ctx),
+          data_(std::move(data)),
+          o_(std::move(o)),
+          comm_(comm ? comm : &single_),
+          grads_(model_.layout().size()),
+          grad_views_(model_.bind(grads_.view())),
+          opt_(ctx, model_.config(), model_.layout(), o_.adam),
+          norm_sum_(1) {
+        if (o_.batch < 1 || o_.accumulate < 1) vwt::detail::fail("trainer: batch and accumulate must be >= 1");
+        workspace_ = std::make_unique<step_workspace<B>>(ctx, model_, o_.batch, static_cast<index_t>(data_.sequence_length()));
     }
 
     std::int64_t step() const { return step_; }
-    std::span<const T> parameters() const { return params_; }
-    const model_config& config() const { return c_; }
+    const model_config& config() const { return model_.config(); }
+    const vwt::model<B>& model() const { return model_; }
+    // The parameters, copied to the host.
+    std::vector<W> parameters() const {
+        std::vector<W> host(static_cast<std::size_t>(model_.layout().size()));
+        B::download(ctx_, model_.parameters(), std::span<W>(host));
+        return host;
+    }
 
     // Runs until o.steps; calls `report` after every step. Stops with a vwt::error on a
     // non-finite loss, leaving the last checkpoint as it was.
     void run(const std::function<void(const step_report&)>& report = {}) {
-        using backend = cpu::backend<T>;
-        aligned_vector<T> grad(params_.size());
-        gradient_workspace<backend> workspace;
         std::vector<int> tokens, targets, x, y;
+        const auto grad = grads_.view();
         while (step_ < o_.steps) {
             const auto t0 = std::chrono::steady_clock::now();
-            std::fill(grad.begin(), grad.end(), T(0));
+            B::fill(ctx_, grad.as_matrix(1, grad.size()), T(0));
             double loss = 0;
             std::size_t window = 0;
             for (int micro = 0; micro < o_.accumulate; ++micro) {
@@ -113,26 +136,25 @@ public:
                     targets.insert(targets.end(), y.begin(), y.end());
                     window = x.size();
                 }
-                loss += loss_and_gradient<backend>({o_.threads}, c_, layout_, params_, token_batch{tokens, targets, o_.batch},
-                                                   grad, workspace) / o_.accumulate;
+                loss += loss_and_gradient(ctx_, model_, token_batch{tokens, targets, o_.batch}, *workspace_, grad_views_) / o_.accumulate;
             }
-            const T inv = static_cast<T>(1.0 / o_.accumulate);
-            for (T& g : grad) g *= inv;
+            comm_->all_reduce_sum(ctx_, grad);
+            B::scale(ctx_, grad, static_cast<T>(1.0 / (o_.accumulate * comm_->size())));
             if (!std::isfinite(loss))
                 vwt::detail::fail("training: loss became ", loss, " at step ", step_ + 1,
                                   "; stopped, the last checkpoint is kept (lower the learning rate?)");
             step_report r;
             r.step = ++step_;
             r.loss = loss;
-            r.grad_norm = clip_by_global_norm<T>(grad, o_.clip);
+            r.grad_norm = clip_by_global_norm<B>(ctx_, grad, o_.clip, norm_sum_.view());
             r.lr = o_.lr.at(step_);
-            opt_.step(params_, grad, r.lr);
+            opt_.step(ctx_, model_.parameters(), vector_view<const T, M>(grad), r.lr);
             const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             r.tokens_per_second = static_cast<double>(o_.batch) * o_.accumulate * static_cast<double>(window) / seconds;
             const bool last = step_ == o_.steps;
-            if ((o_.eval_every > 0 && step_ % o_.eval_every == 0) || last)
-                r.validation_loss = validation_loss<T>(c_, layout_, params_, data_, 0, o_.threads);
-            if (!o_.out.empty() && ((o_.checkpoint_every > 0 && step_ % o_.checkpoint_every == 0) || last)) save_checkpoint();
+            if ((o_.eval_every > 0 && step_ % o_.eval_every == 0) || last) r.validation_loss = validation_loss(ctx_, model_, data_);
+            if (!o_.out.empty() && comm_->rank() == 0 && ((o_.checkpoint_every > 0 && step_ % o_.checkpoint_every == 0) || last))
+                save_checkpoint();
             if (report) report(r);
         }
     }
@@ -141,10 +163,9 @@ public:
         namespace fs = std::filesystem;
         const fs::path dir = o_.out / checkpoint_name(step_);
         fs::remove_all(dir);  // a partial directory left by an earlier crash at this step
-        std::vector<float> as_float(params_.begin(), params_.end());
-        io::save_model_dir(dir, c_, as_float, io::dtype::f32);
-        const std::vector<float> m(opt_.first_moment().begin(), opt_.first_moment().end());
-        const std::vector<float> v(opt_.second_moment().begin(), opt_.second_moment().end());
+        const auto p = parameters();
+        io::save_model_dir(dir, model_.config(), std::vector<float>(p.begin(), p.end()), io::dtype::f32);
+        const auto m = host_copy(opt_.first_moment()), v = host_copy(opt_.second_moment());
         const io::tensor_to_write moments[] = {{"adamw.m", {static_cast<std::int64_t>(m.size())}, m},
                                                {"adamw.v", {static_cast<std::int64_t>(v.size())}, v}};
         io::write_safetensors(dir / "optimizer.safetensors", moments, io::dtype::f32);
@@ -165,7 +186,7 @@ public:
             vwt::detail::fail("resume: '", latest.string(), "' does not name a checkpoint directory");
         const fs::path dir = o_.out / name;
         auto loaded = io::load_model_dir(dir);
-        if (loaded.config.schedule != c_.schedule)
+        if (loaded.config.schedule != model_.config().schedule)
             vwt::detail::fail("resume: checkpoint '", dir.string(), "' has another schedule than this run");
         const auto state_path = (dir / "trainer_state.json").string();
         const auto state_bytes = io::read_file_bytes(state_path, io::max_config_bytes);
@@ -182,25 +203,39 @@ public:
         const io::safetensors_view st(moments_bytes, moments_path);
         const auto* m = st.find("adamw.m");
         const auto* v = st.find("adamw.v");
-        if (!m || !v || m->numel() != layout_.size() || v->numel() != layout_.size() || !io::is_float(m->type) ||
+        const auto n = model_.layout().size();
+        if (!m || !v || m->numel() != n || v->numel() != n || !io::is_float(m->type) ||
             !io::is_float(v->type))
             vwt::detail::fail("resume: '", moments_path, "' does not hold this model's optimizer state");
-        std::vector<T> mv(params_.size()), vv(params_.size());
+        std::vector<typename B::state_type> mv(static_cast<std::size_t>(n)), vv(static_cast<std::size_t>(n));
         st.read_as(*m, mv.data());
         st.read_as(*v, vv.data());
-        opt_.restore(mv, vv, optimizer_steps);
+        opt_.restore(ctx_, mv, vv, optimizer_steps);
         data_.seek(static_cast<std::uint64_t>(position));
         step_ = step;
-        params_.assign(loaded.params.begin(), loaded.params.end());
+        const std::vector<W> params(loaded.params.begin(), loaded.params.end());
+        B::upload(ctx_, std::span<const W>(params), model_.parameters());
     }
 
 private:
-    model_config c_;
-    parameter_layout layout_;
-    aligned_vector<T> params_;  // aligned, so that a step's rounding does not depend on the heap
+    template <class U>
+    std::vector<float> host_copy(vector_view<const U, M> v) const {
+        std::vector<U> host(static_cast<std::size_t>(v.size()));
+        B::download(ctx_, v, std::span<U>(host));
+        return std::vector<float>(host.begin(), host.end());
+    }
+
+    context ctx_;
+    vwt::model<B> model_;
     window_loader data_;
     train_options o_;
-    adamw<T> opt_;
+    single_process<B> single_;
+    communicator<B>* comm_;
+    typename B::template buffer<T> grads_;
+    model_tensors<T, M> grad_views_;
+    adamw<B> opt_;
+    typename B::template buffer<double> norm_sum_;
+    std::unique_ptr<step_workspace<B>> workspace_;
     std::int64_t step_ = 0;
 };
 

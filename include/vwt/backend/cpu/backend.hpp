@@ -1,26 +1,37 @@
-// vwt::cpu: the Eigen backend policy. Every op the layers call, on host memory, in scalar type T.
-// Threads: each call takes a cpu::context whose thread count the caller sets; no global state.
+// vwt::cpu: the Eigen backend policy. Every op the layers call, on host memory; each call takes a
+// cpu::context whose thread count the caller sets (no global state).
 #pragma once
 
+// Threads: each op splits its work into fixed pieces for the context's thread count (OpenMP
+// num_threads per call) and runs Eigen single-threaded on each piece. Results repeat exactly for
+// a given thread count, because every piece and every partial sum is fixed by it, and buffers are
+// 64-byte aligned (backend/buffer.hpp).
+
 // Eigen's own OpenMP parallelism is controlled by a process-wide setting; vwt splits work itself
-// (OpenMP num_threads per call) and runs each piece single-threaded in Eigen.
+// (OpenMP num_threads per call) and runs each piece single-threaded in Eigen. (Defining this here
+// makes it depend on include order; the packaging issue moves it out of the header.)
 #ifndef EIGEN_DONT_PARALLELIZE
 #define EIGEN_DONT_PARALLELIZE
 #endif
 
 #include <algorithm>
 #include <cmath>
+#include <concepts>
 #include <cstdint>
+#include <cstring>
 #include <limits>
-#include <vector>
+#include <span>
+#include <type_traits>
 
 #include <Eigen/Core>
 
-#include "../../detail/aligned.hpp"
-#include "../../residual_view.hpp"
+#include "../../error.hpp"
+#include "../buffer.hpp"
+#include "../policy.hpp"
 
 // OpenMP when the build enables it (vwt::vwt links OpenMP::OpenMP_CXX); serial otherwise.
 #if defined(_OPENMP)
+#include <omp.h>
 #define VWT_OMP(...) _Pragma(VWT_OMP_STR(omp __VA_ARGS__))
 #define VWT_OMP_STR(x) #x
 #else
@@ -33,23 +44,53 @@ struct context {
     int threads = 1;  // OpenMP threads for this call; 1 runs on the calling thread only
 };
 
-template <class T>
-struct backend {
-    using scalar = T;
-    using context_type = context;
-    // Host memory on 64-byte boundaries: a reduction's order (and so its rounding) depends on
-    // where its data starts, so aligned buffers make results repeat run after run.
-    template <class U = T>
-    using buffer = aligned_vector<U>;
+namespace detail {
+constexpr int eigen_extent(index_t n) { return n == dynamic_extent ? Eigen::Dynamic : static_cast<int>(n); }
+}  // namespace detail
 
+template <class Compute, class Weight = Compute, class State = Compute>
+struct backend {
+    static_assert(std::is_floating_point_v<Compute>, "the CPU policy computes in float or double");
+    static_assert(std::is_same_v<Weight, Compute> && std::is_same_v<State, Compute>,
+                  "the CPU policy stores weights and optimizer state in its compute type (a bf16 or int8 weight "
+                  "format is a weight type plus matmul overloads, still to come)");
+    using T = Compute;
+    using compute_type = Compute;
+    using weight_type = Weight;
+    using state_type = State;
+    using memory = host_memory;
+    using context = vwt::cpu::context;
+    template <class U>
+    using buffer = owning_buffer<U, host_memory, aligned_host_allocator>;
+    template <class U, index_t C = dynamic_extent>
+    using mat = matrix_view<U, host_memory, C>;
+    template <class U>
+    using vec = vector_view<U, host_memory>;
+
+    // ---- memory: host memory, so a copy
+    template <class U>
+    static void upload(const context&, std::span<const U> host, vec<U> dst) {
+        check_size(static_cast<index_t>(host.size()), dst.size(), "upload");
+        if (!host.empty()) std::memcpy(dst.data(), host.data(), host.size() * sizeof(U));
+    }
+    template <class U>
+    static void upload(const context& ctx, std::span<U> host, vec<std::remove_const_t<U>> dst) {
+        upload(ctx, std::span<const std::remove_const_t<U>>(host), dst);
+    }
+    template <class U>
+    static void download(const context&, vec<const U> src, std::span<U> host) {
+        check_size(src.size(), static_cast<index_t>(host.size()), "download");
+        if (!host.empty()) std::memcpy(host.data(), src.data(), host.size() * sizeof(U));
+    }
+
+    // ---- products
     using matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
     using map = Eigen::Map<matrix, Eigen::Unaligned, Eigen::OuterStride<>>;
     using const_map = Eigen::Map<const matrix, Eigen::Unaligned, Eigen::OuterStride<>>;
-
-    static map eigen(matrix_view<T> v) { return map(v.data, v.rows, v.cols, Eigen::OuterStride<>(v.stride)); }
-    static const_map eigen(matrix_view<const T> v) {
-        return const_map(v.data, v.rows, v.cols, Eigen::OuterStride<>(v.stride));
-    }
+    template <index_t C>
+    static map eigen(mat<T, C> v) { return map(v.data(), v.rows(), v.cols(), Eigen::OuterStride<>(v.stride())); }
+    template <index_t C>
+    static const_map eigen(mat<const T, C> v) { return const_map(v.data(), v.rows(), v.cols(), Eigen::OuterStride<>(v.stride())); }
 
     // out = beta * out, with beta 0 clearing (never reading) what was there.
     template <class Out>
@@ -60,8 +101,8 @@ struct backend {
 
     // The longest stretch of the inner dimension handed to one Eigen product. Above ~800, Eigen's
     // blocking halves k and makes the weight block as tall as the whole product, which ran 10-15%
-    // slower here (2-core AVX-512 Xeon, M = 256) than two products of k <= 768 summed; the split
-    // into equal panels, a multiple of 16 floats wide, keeps every product in the fast regime.
+    // slower (2-core AVX-512, M = 256) than two products of k <= 768 summed; the split into equal
+    // panels, a multiple of 16 floats wide, keeps every product in the fast regime.
     static constexpr index_t gemm_k_panel = 768;
     static index_t k_panel_width(index_t k) {
         if (k <= gemm_k_panel) return k;
@@ -69,12 +110,12 @@ struct backend {
         return ((k + panels - 1) / panels + 15) / 16 * 16;
     }
 
-    // y = alpha * x . w^T + beta * y, with w an [n x k] row-major weight (torch's Linear layout).
-    // The output columns (weight rows) are split across threads, so each thread streams its own
-    // slice of the weight: the right split for decode (one row) and for prefill alike.
-    static void matmul_nt(const context& ctx, matrix_view<const T> x, matrix_view<const T> w, matrix_view<T> y,
-                          T alpha = T(1), T beta = T(0)) {
-        const index_t n = w.rows;
+    // y = alpha * x . w^T + beta * y, w an [n x k] row-major weight (torch's Linear layout). The
+    // output columns (weight rows) are split across threads, so each thread streams its own slice
+    // of the weight: the right split for decode (one row) and for prefill alike.
+    static void matmul_nt(const context& ctx, mat<const T> x, mat<const Weight> w, mat<T> y, T alpha = T(1), T beta = T(0)) {
+        check_product(x.rows(), x.cols(), w.rows(), w.cols(), y, "matmul_nt", true);
+        const index_t n = w.rows();
         const int threads = std::max(1, std::min<int>(ctx.threads, static_cast<int>((n + 63) / 64)));
         const index_t chunk = ((n + threads - 1) / threads + 15) / 16 * 16;
 VWT_OMP(parallel for num_threads(threads) schedule(static) if (threads > 1))
@@ -86,21 +127,21 @@ VWT_OMP(parallel for num_threads(threads) schedule(static) if (threads > 1))
             const auto lhs = eigen(x);
             const auto rhs = eigen(w.rows_range(begin, end));
             scale_output(out, beta);
-            if (x.rows == 1)  // decode: a row-major matrix-vector product streams each weight row once
+            if (x.rows() == 1)  // decode: a row-major matrix-vector product streams each weight row once
                 out.row(0).transpose().noalias() += alpha * (rhs * lhs.row(0).transpose());
             else
-                for (index_t k0 = 0, width = k_panel_width(x.cols); k0 < x.cols; k0 += width) {
-                    const index_t kk = std::min(width, x.cols - k0);
+                for (index_t k0 = 0, width = k_panel_width(x.cols()); k0 < x.cols(); k0 += width) {
+                    const index_t kk = std::min(width, x.cols() - k0);
                     out.noalias() += alpha * (lhs.middleCols(k0, kk) * rhs.middleCols(k0, kk).transpose());
                 }
         }
     }
 
-    // y = alpha * x . w + beta * y, with w [k x n] row-major: the input gradient of a Linear layer
+    // y = alpha * x . w + beta * y, w [k x n] row-major: the input gradient of a Linear layer
     // (dx = dy . W). The rows of x are split across threads.
-    static void matmul_nn(const context& ctx, matrix_view<const T> x, matrix_view<const T> w, matrix_view<T> y,
-                          T alpha = T(1), T beta = T(0)) {
-        const index_t m = x.rows;
+    static void matmul_nn(const context& ctx, mat<const T> x, mat<const Weight> w, mat<T> y, T alpha = T(1), T beta = T(0)) {
+        check_product(x.rows(), x.cols(), w.cols(), w.rows(), y, "matmul_nn", true);
+        const index_t m = x.rows();
         const int threads = std::max(1, std::min<int>(ctx.threads, static_cast<int>((m + 15) / 16)));
         const index_t chunk = (m + threads - 1) / threads;
 VWT_OMP(parallel for num_threads(threads) schedule(static) if (threads > 1))
@@ -115,9 +156,11 @@ VWT_OMP(parallel for num_threads(threads) schedule(static) if (threads > 1))
 
     // y = alpha * a^T . b + beta * y, a [m x n], b [m x k], y [n x k]: the weight gradient of a
     // Linear layer (dW += dy^T . x), summed over the m rows. The rows of y are split across threads.
-    static void matmul_tn(const context& ctx, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> y,
-                          T alpha = T(1), T beta = T(0)) {
-        const index_t n = a.cols;
+    static void matmul_tn(const context& ctx, mat<const T> a, mat<const T> b, mat<T> y, T alpha = T(1), T beta = T(0)) {
+        if (a.rows() != b.rows() || y.rows() != a.cols() || y.cols() != b.cols())
+            vwt::detail::fail("matmul_tn: shapes [", a.rows(), " x ", a.cols(), "]^T . [", b.rows(), " x ", b.cols(), "] -> [",
+                              y.rows(), " x ", y.cols(), "] do not match");
+        const index_t n = a.cols();
         const int threads = std::max(1, std::min<int>(ctx.threads, static_cast<int>((n + 15) / 16)));
         const index_t chunk = ((n + threads - 1) / threads + 7) / 8 * 8;
 VWT_OMP(parallel for num_threads(threads) schedule(static) if (threads > 1))
@@ -130,60 +173,77 @@ VWT_OMP(parallel for num_threads(threads) schedule(static) if (threads > 1))
         }
     }
 
-    // y = x / sqrt(mean(x^2) + eps) * g, row by row; the mean runs over all x.cols coordinates.
-    static void rmsnorm(const context& ctx, matrix_view<const T> x, const T* gain, matrix_view<T> y, T eps) {
-VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads > 1 && x.rows > 1))
-        for (index_t r = 0; r < x.rows; ++r) {
-            const Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> in(x.row(r), x.cols), g(gain, x.cols);
-            const T inv = T(1) / std::sqrt(in.square().sum() / static_cast<T>(x.cols) + eps);
-            Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>(y.row(r), x.cols) = in * inv * g;
+    // ---- RMSNorm: y = x / sqrt(mean(x^2) + eps) * g, row by row, over all x.cols() coordinates.
+    // A static column extent C becomes a fixed-size Eigen array.
+    template <index_t C>
+    static void rmsnorm(const context& ctx, mat<const T, C> x, vec<const Weight> gain, mat<T, C> y, T eps) {
+        using array = Eigen::Array<T, detail::eigen_extent(C), 1>;
+        const index_t n = x.cols();
+VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads > 1 && x.rows() > 1))
+        for (index_t r = 0; r < x.rows(); ++r) {
+            const Eigen::Map<const array> in(x.row(r), n), g(gain.data(), n);
+            const T inv = T(1) / std::sqrt(in.square().sum() / static_cast<T>(n) + eps);
+            Eigen::Map<array>(y.row(r), n) = in * inv * g;
         }
     }
+    static void rmsnorm(const context& ctx, mat<const T> x, vec<const Weight> gain, mat<T> y, T eps) {
+        rmsnorm<dynamic_extent>(ctx, x, gain, y, eps);
+    }
 
-    // The backward of rmsnorm: dx += d(y)/d(x)^T dy and dgain += sum over rows of dy * x / rms.
-    // Each thread sums its rows' gain gradient apart; the partial sums are added in thread order.
-    static void rmsnorm_backward(const context& ctx, matrix_view<const T> x, const T* gain, matrix_view<const T> dy,
-                                 matrix_view<T> dx, T* dgain, T eps) {
-        using array = Eigen::Array<T, Eigen::Dynamic, 1>;
-        const index_t n = x.cols;
-        const int threads = std::max(1, std::min<int>(ctx.threads, static_cast<int>((x.rows + 15) / 16)));
-        std::vector<array> partial(static_cast<std::size_t>(threads), array::Zero(n));
-        const index_t chunk = (x.rows + threads - 1) / threads;
+    // Scratch of rmsnorm_backward: one partial gain gradient per thread.
+    static index_t rmsnorm_backward_scratch(const context& ctx, index_t rows, index_t cols) {
+        return static_cast<index_t>(backward_threads(ctx, rows)) * cols;
+    }
+    // dx += d(y)/d(x)^T dy and dgain += sum over rows of dy * x / rms. Each thread sums its rows'
+    // gain gradient apart; the partial sums are added in thread order.
+    template <index_t C>
+    static void rmsnorm_backward(const context& ctx, mat<const T, C> x, vec<const Weight> gain, mat<const T, C> dy,
+                                 mat<T, C> dx, vec<T> dgain, T eps, vec<T> scratch) {
+        using array = Eigen::Array<T, detail::eigen_extent(C), 1>;
+        const index_t n = x.cols();
+        const int threads = backward_threads(ctx, x.rows());
+        check_size(rmsnorm_backward_scratch(ctx, x.rows(), n), scratch.size(), "rmsnorm_backward scratch", true);
+        const index_t chunk = (x.rows() + threads - 1) / threads;
 VWT_OMP(parallel for num_threads(threads) schedule(static) if (threads > 1))
         for (int t = 0; t < threads; ++t) {
-            const Eigen::Map<const array> g(gain, n);
-            for (index_t r = t * chunk; r < std::min(x.rows, (t + 1) * chunk); ++r) {
+            const Eigen::Map<const array> g(gain.data(), n);
+            Eigen::Map<array> partial(scratch.data() + t * n, n);
+            partial.setZero();
+            for (index_t r = t * chunk; r < std::min(x.rows(), (t + 1) * chunk); ++r) {
                 const Eigen::Map<const array> in(x.row(r), n), d(dy.row(r), n);
                 Eigen::Map<array> out(dx.row(r), n);
                 const T inv = T(1) / std::sqrt(in.square().sum() / static_cast<T>(n) + eps);
                 const T dot = (d * g * in).sum();
-                partial[static_cast<std::size_t>(t)] += d * in * inv;
+                partial += d * in * inv;
                 out += inv * d * g - in * (inv * inv * inv * dot / static_cast<T>(n));
             }
         }
-        Eigen::Map<array> dg(dgain, n);
-        for (const auto& p : partial) dg += p;
+        Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> dg(dgain.data(), n);
+        for (int t = 0; t < threads; ++t) dg += Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(scratch.data() + t * n, n);
+    }
+    static void rmsnorm_backward(const context& ctx, mat<const T> x, vec<const Weight> gain, mat<const T> dy, mat<T> dx,
+                                 vec<T> dgain, T eps, vec<T> scratch) {
+        rmsnorm_backward<dynamic_extent>(ctx, x, gain, dy, dx, dgain, eps, scratch);
     }
 
-    // Rotate-half RoPE in place, pairs (j, j + d/2), inv_freq_j = theta^(-2j/d), at each row's
-    // position. The rotated heads come in `groups` groups of `heads_per_group` consecutive head
-    // vectors of size d, group g starting at column g * group_stride (the fused qkv layout: each kv
-    // group's queries and key). One cos/sin per row and frequency serves every head. The rotation
-    // is orthogonal, so its backward is the same call at the negated positions.
-    static void rope(const context& ctx, matrix_view<T> x, int groups, int heads_per_group, index_t group_stride, int d,
-                     const int* positions, double theta) {
-        const int half = d / 2;
-        std::vector<double> inv_freq(static_cast<std::size_t>(half));
-        for (int j = 0; j < half; ++j) inv_freq[static_cast<std::size_t>(j)] = std::pow(theta, -2.0 * j / d);
-        VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads > 1 && x.rows > 1))
-        for (index_t r = 0; r < x.rows; ++r) {
+    // ---- RoPE, rotate-half, pairs (j, j + d/2), inv_freq_j = theta^(-2j/d), at each row's position,
+    // in place over the heads that `layout` names. One cos/sin per row and frequency serves every
+    // head. The rotation is orthogonal: `inverse` rotates by the negated angle (the backward).
+    template <index_t D>
+    static void rope(const context& ctx, mat<T> x, rope_layout<D> layout, vec<const int> positions, double theta,
+                     bool inverse = false) {
+        const int d = static_cast<int>(layout.head_dim.value()), half = d / 2;
+        check_size(x.rows(), positions.size(), "rope positions");
+        const double sign = inverse ? -1.0 : 1.0;
+VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads > 1 && x.rows() > 1))
+        for (index_t r = 0; r < x.rows(); ++r) {
             T* row = x.row(r);
             for (int j = 0; j < half; ++j) {
-                const double angle = positions[r] * inv_freq[static_cast<std::size_t>(j)];
+                const double angle = sign * positions[r] * std::pow(theta, -2.0 * j / d);
                 const T c = static_cast<T>(std::cos(angle)), s = static_cast<T>(std::sin(angle));
-                for (int g = 0; g < groups; ++g) {
-                    for (int h = 0; h < heads_per_group; ++h) {
-                        T* v = row + g * group_stride + static_cast<index_t>(h) * d;
+                for (int g = 0; g < layout.groups; ++g) {
+                    for (int h = 0; h < layout.heads_per_group; ++h) {
+                        T* v = row + g * layout.group_stride + static_cast<index_t>(h) * d;
                         const T a = v[j], b = v[j + half];
                         v[j] = a * c - b * s;
                         v[j + half] = b * c + a * s;
@@ -193,98 +253,140 @@ VWT_OMP(parallel for num_threads(threads) schedule(static) if (threads > 1))
         }
     }
 
-    // Causal attention of one sequence. q: [T x H*d] (head h at column h*d, stride q.stride);
-    // keys/values: [n_ctx x Hkv*d] each, the first n_ctx - T positions are the past. Query row i
-    // sits at position n_ctx - T + i and sees keys 0..that position. out: [T x H*d].
-    static void attention(const context& ctx, matrix_view<const T> q, matrix_view<const T> keys,
-                          matrix_view<const T> values, matrix_view<T> out, int heads, int kv_heads, int d,
-                          T scale) {
-        const index_t T_q = q.rows, n_ctx = keys.rows, past = n_ctx - T_q;
-        const int group = heads / kv_heads;
-        constexpr index_t block = 64;  // query rows per score tile: bounds scratch memory and masked work
-VWT_OMP(parallel for num_threads(ctx.threads) schedule(dynamic) if (ctx.threads > 1))
-        for (int h = 0; h < heads; ++h) {
-            const int g = h / group;
-            matrix scores;
-            const auto K = eigen(matrix_view<const T>{keys.data + g * d, n_ctx, d, keys.stride});
-            const auto V = eigen(matrix_view<const T>{values.data + g * d, n_ctx, d, values.stride});
-            for (index_t r0 = 0; r0 < T_q; r0 += block) {
-                const index_t rows = std::min(block, T_q - r0);
-                const index_t visible = past + r0 + rows;  // keys the last row of the tile sees
-                const auto Q = eigen(matrix_view<const T>{q.data + r0 * q.stride + h * d, rows, d, q.stride});
-                scores.resize(rows, visible);
-                scores.noalias() = (Q * K.topRows(visible).transpose()) * scale;
-                for (index_t i = 0; i < rows; ++i) {
-                    const index_t seen = past + r0 + i + 1;
-                    auto s = scores.row(i);
-                    const T m = s.head(seen).maxCoeff();
-                    s.head(seen) = (s.head(seen).array() - m).exp();
-                    s.head(seen) /= s.head(seen).sum();
-                    if (seen < visible) s.tail(visible - seen).setZero();
-                }
-                auto O = eigen(matrix_view<T>{out.data + r0 * out.stride + h * d, rows, d, out.stride});
-                O.noalias() = scores * V.topRows(visible);
-            }
-        }
+    // ---- causal attention of one sequence
+    static constexpr index_t attention_tile = 64;  // query rows per score tile: bounds scratch and masked work
+    // Scratch of attention(): one [tile x n_ctx] score tile per thread.
+    template <index_t D>
+    static index_t attention_scratch(const context& ctx, index_t q_rows, index_t n_ctx, attention_shape<D> shape) {
+        return static_cast<index_t>(std::max(1, std::min(ctx.threads, shape.heads))) * std::min(attention_tile, std::max<index_t>(q_rows, 1)) * n_ctx;
     }
-
-    // The backward of attention() for one sequence without a past (training): from q, keys, values
-    // and d_out, writes dq [T x H*d] and dk, dv [T x Hkv*d]. The probabilities are recomputed tile
-    // by tile rather than stored. kv groups run in parallel; the heads of a group add into its dk
-    // and dv in head order.
-    static void attention_backward(const context& ctx, matrix_view<const T> q, matrix_view<const T> keys,
-                                   matrix_view<const T> values, matrix_view<const T> d_out, matrix_view<T> dq,
-                                   matrix_view<T> dk, matrix_view<T> dv, int heads, int kv_heads, int d, T scale) {
-        const index_t n = q.rows;
-        const int group = heads / kv_heads;
-        constexpr index_t block = 64;
-VWT_OMP(parallel for num_threads(ctx.threads) schedule(dynamic) if (ctx.threads > 1))
-        for (int g = 0; g < kv_heads; ++g) {
-            matrix p, dp;
-            const auto K = eigen(matrix_view<const T>{keys.data + g * d, n, d, keys.stride});
-            const auto V = eigen(matrix_view<const T>{values.data + g * d, n, d, values.stride});
-            auto dK = eigen(matrix_view<T>{dk.data + g * d, n, d, dk.stride});
-            auto dV = eigen(matrix_view<T>{dv.data + g * d, n, d, dv.stride});
-            dK.setZero();
-            dV.setZero();
-            for (int h = g * group; h < (g + 1) * group; ++h)
-                for (index_t r0 = 0; r0 < n; r0 += block) {
-                    const index_t rows = std::min(block, n - r0), visible = r0 + rows;
-                    const auto Q = eigen(matrix_view<const T>{q.data + r0 * q.stride + h * d, rows, d, q.stride});
-                    const auto dO = eigen(matrix_view<const T>{d_out.data + r0 * d_out.stride + h * d, rows, d, d_out.stride});
-                    auto dQ = eigen(matrix_view<T>{dq.data + r0 * dq.stride + h * d, rows, d, dq.stride});
-                    p.resize(rows, visible);
-                    p.noalias() = (Q * K.topRows(visible).transpose()) * scale;
+    // q: [T x H*d] (head h at column h*d); keys, values: [n_ctx x Hkv*d], the first n_ctx - T
+    // positions are the past. Query row i sits at position n_ctx - T + i and sees keys 0..that
+    // position. out: [T x H*d]. Heads run in parallel, each thread on its own score tile.
+    template <index_t D>
+    static void attention(const context& ctx, mat<const T> q, mat<const T> keys, mat<const T> values, mat<T> out,
+                          attention_shape<D> shape, T scale, vec<T> scratch) {
+        using head_matrix = Eigen::Matrix<T, Eigen::Dynamic, detail::eigen_extent(D), Eigen::RowMajor>;
+        using head_map = Eigen::Map<const head_matrix, Eigen::Unaligned, Eigen::OuterStride<>>;
+        const index_t T_q = q.rows(), n_ctx = keys.rows(), past = n_ctx - T_q, d = shape.head_dim.value();
+        const int group = shape.heads / shape.kv_heads;
+        const index_t tile = std::min(attention_tile, std::max<index_t>(T_q, 1));
+        // Heads are independent, so a smaller scratch only means fewer threads, never other results.
+        const int threads = scratch_threads(std::min(ctx.threads, shape.heads), tile * n_ctx, scratch, "attention");
+        if (T_q == 1) {  // decode: a dot product and an update per key, no product temporaries
+            using vector = Eigen::Matrix<T, detail::eigen_extent(D), 1>;
+            using array = Eigen::Array<T, Eigen::Dynamic, 1>;
+VWT_OMP(parallel for num_threads(threads) schedule(static) if (threads > 1))
+            for (int t = 0; t < threads; ++t) {
+                Eigen::Map<array> p(scratch.data() + static_cast<index_t>(t) * n_ctx, n_ctx);
+                for (int h = t; h < shape.heads; h += threads) {
+                    const index_t kv = static_cast<index_t>(h / group) * d;
+                    const Eigen::Map<const vector> query(q.row(0) + h * d, d);
+                    for (index_t k = 0; k < n_ctx; ++k) p(k) = Eigen::Map<const vector>(keys.row(k) + kv, d).dot(query) * scale;
+                    p = (p - p.maxCoeff()).exp();
+                    p /= p.sum();
+                    Eigen::Map<vector> o(out.row(0) + h * d, d);
+                    o.setZero();
+                    for (index_t k = 0; k < n_ctx; ++k) o += p(k) * Eigen::Map<const vector>(values.row(k) + kv, d);
+                }
+            }
+            return;
+        }
+VWT_OMP(parallel for num_threads(threads) schedule(static) if (threads > 1))
+        for (int t = 0; t < threads; ++t) {
+            T* tile_memory = scratch.data() + static_cast<index_t>(t) * tile * n_ctx;
+            for (int h = t; h < shape.heads; h += threads) {
+                const int g = h / group;
+                const head_map K(keys.data() + g * d, n_ctx, d, Eigen::OuterStride<>(keys.stride()));
+                const head_map V(values.data() + g * d, n_ctx, d, Eigen::OuterStride<>(values.stride()));
+                for (index_t r0 = 0; r0 < T_q; r0 += tile) {
+                    const index_t rows = std::min(tile, T_q - r0);
+                    const index_t visible = past + r0 + rows;  // keys the last row of the tile sees
+                    const head_map Q(q.row(r0) + h * d, rows, d, Eigen::OuterStride<>(q.stride()));
+                    Eigen::Map<matrix> scores(tile_memory, rows, visible);
+                    scores.noalias() = (Q * K.topRows(visible).transpose()) * scale;
                     for (index_t i = 0; i < rows; ++i) {
-                        const index_t seen = r0 + i + 1;
-                        auto s = p.row(i);
+                        const index_t seen = past + r0 + i + 1;
+                        auto s = scores.row(i);
                         const T m = s.head(seen).maxCoeff();
                         s.head(seen) = (s.head(seen).array() - m).exp();
                         s.head(seen) /= s.head(seen).sum();
                         if (seen < visible) s.tail(visible - seen).setZero();
                     }
-                    dV.topRows(visible).noalias() += p.transpose() * dO;
-                    dp.resize(rows, visible);
-                    dp.noalias() = dO * V.topRows(visible).transpose();
-                    // d scores = P o (dP - rowsum(P o dP)), times the score scale
-                    const auto centred = (dp.array().colwise() - (dp.array() * p.array()).rowwise().sum()).eval();
-                    dp = (p.array() * centred * scale).matrix();
-                    dQ.noalias() = dp * K.topRows(visible);
-                    dK.topRows(visible).noalias() += dp.transpose() * Q;
+                    map O(out.row(r0) + h * d, rows, d, Eigen::OuterStride<>(out.stride()));
+                    O.noalias() = scores * V.topRows(visible);
                 }
+            }
         }
     }
 
-    // out[:, j] = u[:, j] * silu(g[:, j]). split: u is the first `inter` columns of `fused`, g the
-    // next `inter`; interleaved: u_j and g_j are columns 2j and 2j + 1.
-    static void swiglu(const context& ctx, matrix_view<const T> fused, matrix_view<T> out, index_t inter,
-                       bool interleaved = false) {
+    // Scratch of attention_backward(): two [tile x n] tiles (probabilities and their gradient) per thread.
+    template <index_t D>
+    static index_t attention_backward_scratch(const context& ctx, index_t n, attention_shape<D> shape) {
+        return static_cast<index_t>(std::max(1, std::min(ctx.threads, shape.kv_heads))) * 2 * std::min(attention_tile, std::max<index_t>(n, 1)) * n;
+    }
+    // The backward of attention() for one sequence without a past (training): from q, keys,
+    // values and d_out, writes dq [T x H*d] and dk, dv [T x Hkv*d]. The probabilities are
+    // recomputed tile by tile. kv groups run in parallel; the heads of a group add into its dk and
+    // dv in head order.
+    template <index_t D>
+    static void attention_backward(const context& ctx, mat<const T> q, mat<const T> keys, mat<const T> values,
+                                   mat<const T> d_out, mat<T> dq, mat<T> dk, mat<T> dv, attention_shape<D> shape, T scale,
+                                   vec<T> scratch) {
+        const index_t n = q.rows(), d = shape.head_dim.value();
+        const int group = shape.heads / shape.kv_heads;
+        const index_t tile = std::min(attention_tile, std::max<index_t>(n, 1));
+        const int threads = scratch_threads(std::min(ctx.threads, shape.kv_heads), 2 * tile * n, scratch, "attention_backward");
+VWT_OMP(parallel for num_threads(threads) schedule(static) if (threads > 1))
+        for (int t = 0; t < threads; ++t) {
+            T* p_memory = scratch.data() + static_cast<index_t>(t) * 2 * tile * n;
+            T* dp_memory = p_memory + tile * n;
+            for (int g = t; g < shape.kv_heads; g += threads) {
+                const auto K = eigen(mat<const T>{keys.data() + g * d, n, d, keys.stride()});
+                const auto V = eigen(mat<const T>{values.data() + g * d, n, d, values.stride()});
+                auto dK = eigen(mat<T>{dk.data() + g * d, n, d, dk.stride()});
+                auto dV = eigen(mat<T>{dv.data() + g * d, n, d, dv.stride()});
+                dK.setZero();
+                dV.setZero();
+                for (int h = g * group; h < (g + 1) * group; ++h)
+                    for (index_t r0 = 0; r0 < n; r0 += tile) {
+                        const index_t rows = std::min(tile, n - r0), visible = r0 + rows;
+                        const auto Q = eigen(mat<const T>{q.row(r0) + h * d, rows, d, q.stride()});
+                        const auto dO = eigen(mat<const T>{d_out.row(r0) + h * d, rows, d, d_out.stride()});
+                        auto dQ = eigen(mat<T>{dq.row(r0) + h * d, rows, d, dq.stride()});
+                        Eigen::Map<matrix> p(p_memory, rows, visible), dp(dp_memory, rows, visible);
+                        p.noalias() = (Q * K.topRows(visible).transpose()) * scale;
+                        for (index_t i = 0; i < rows; ++i) {
+                            const index_t seen = r0 + i + 1;
+                            auto s = p.row(i);
+                            const T m = s.head(seen).maxCoeff();
+                            s.head(seen) = (s.head(seen).array() - m).exp();
+                            s.head(seen) /= s.head(seen).sum();
+                            if (seen < visible) s.tail(visible - seen).setZero();
+                        }
+                        dV.topRows(visible).noalias() += p.transpose() * dO;
+                        dp.noalias() = dO * V.topRows(visible).transpose();
+                        // d scores = P o (dP - rowsum(P o dP)), times the score scale
+                        for (index_t i = 0; i < rows; ++i) {
+                            const T centre = (dp.row(i).array() * p.row(i).array()).sum();
+                            dp.row(i) = (p.row(i).array() * (dp.row(i).array() - centre) * scale).matrix();
+                        }
+                        dQ.noalias() = dp * K.topRows(visible);
+                        dK.topRows(visible).noalias() += dp.transpose() * Q;
+                    }
+            }
+        }
+    }
+
+    // ---- SwiGLU: out[:, j] = u[:, j] * silu(g[:, j]); split: u is the first `inter` columns of
+    // fused, g the next `inter`; interleaved: u_j and g_j are columns 2j and 2j + 1.
+    static void swiglu(const context& ctx, mat<const T> fused, mat<T> out, index_t inter, swiglu_layout layout) {
         using array = Eigen::Array<T, Eigen::Dynamic, 1>;
         using strided = Eigen::Map<const array, Eigen::Unaligned, Eigen::InnerStride<2>>;
-        VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads > 1 && fused.rows > 1))
-        for (index_t r = 0; r < fused.rows; ++r) {
+VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads > 1 && fused.rows() > 1))
+        for (index_t r = 0; r < fused.rows(); ++r) {
             Eigen::Map<array> o(out.row(r), inter);
-            if (interleaved) {
+            if (layout == swiglu_layout::interleaved) {
                 const strided u(fused.row(r), inter), g(fused.row(r) + 1, inter);
                 o = u * g / (T(1) + (-g).exp());
             } else {  // contiguous halves: Eigen's vectorised exp
@@ -293,99 +395,141 @@ VWT_OMP(parallel for num_threads(ctx.threads) schedule(dynamic) if (ctx.threads 
             }
         }
     }
-
-    // The backward of swiglu(): d_fused from fused and d_out (same layouts as the forward).
-    static void swiglu_backward(const context& ctx, matrix_view<const T> fused, matrix_view<const T> d_out,
-                                matrix_view<T> d_fused, index_t inter, bool interleaved = false) {
+    static void swiglu_backward(const context& ctx, mat<const T> fused, mat<const T> d_out, mat<T> d_fused, index_t inter,
+                                swiglu_layout layout) {
         using array = Eigen::Array<T, Eigen::Dynamic, 1>;
         using cstrided = Eigen::Map<const array, Eigen::Unaligned, Eigen::InnerStride<>>;
         using strided = Eigen::Map<array, Eigen::Unaligned, Eigen::InnerStride<>>;
+        const bool interleaved = layout == swiglu_layout::interleaved;
         const index_t step = interleaved ? 2 : 1, gate = interleaved ? 1 : inter;
-        VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads > 1 && fused.rows > 1))
-        for (index_t r = 0; r < fused.rows; ++r) {
+VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads > 1 && fused.rows() > 1))
+        for (index_t r = 0; r < fused.rows(); ++r) {
             const cstrided u(fused.row(r), inter, Eigen::InnerStride<>(step)), g(fused.row(r) + gate, inter, Eigen::InnerStride<>(step));
             strided du(d_fused.row(r), inter, Eigen::InnerStride<>(step)), dg(d_fused.row(r) + gate, inter, Eigen::InnerStride<>(step));
             const Eigen::Map<const array> d(d_out.row(r), inter);
-            const array sig = T(1) / (T(1) + (-g).exp());
-            du = d * g * sig;
-            dg = d * u * sig * (T(1) + g * (T(1) - sig));
+            for (index_t j = 0; j < inter; ++j) {
+                const T sig = T(1) / (T(1) + std::exp(-g(j)));
+                du(j) = d(j) * g(j) * sig;
+                dg(j) = d(j) * u(j) * sig * (T(1) + g(j) * (T(1) - sig));
+            }
         }
     }
 
-    // rows of x = scale * table[ids] (columns [0, table.cols)), the rest of each row zero.
-    static void embed(const context&, matrix_view<const T> table, const int* ids, matrix_view<T> x, T scale) {
-        for (index_t r = 0; r < x.rows; ++r) {
-            const T* src = table.row(ids[r]);
+    // ---- embedding: rows of x = scale * table[ids] (columns [0, table.cols)), the rest zero.
+    static void embed(const context&, mat<const Weight> table, vec<const int> ids, mat<T> x, T scale) {
+        check_size(x.rows(), ids.size(), "embed ids");
+        for (index_t r = 0; r < x.rows(); ++r) {
+            const Weight* src = table.row(ids[r]);
             T* dst = x.row(r);
-            for (index_t c = 0; c < table.cols; ++c) dst[c] = scale * src[c];
-            for (index_t c = table.cols; c < x.cols; ++c) dst[c] = T(0);
+            for (index_t c = 0; c < table.cols(); ++c) dst[c] = scale * src[c];
+            for (index_t c = table.cols(); c < x.cols(); ++c) dst[c] = T(0);
         }
     }
-
-    // The backward of embed(): table rows += scale * the first table.cols columns of dx's rows,
-    // row ids[r] for row r, in row order (repeated ids add up deterministically).
-    static void embed_backward(const context&, matrix_view<const T> dx, const int* ids, matrix_view<T> table,
-                               T scale) {
-        for (index_t r = 0; r < dx.rows; ++r) {
+    // table rows += scale * the first table.cols columns of dx's rows, row ids[r] for row r, in row
+    // order (repeated ids add up deterministically).
+    static void embed_backward(const context&, mat<const T> dx, vec<const int> ids, mat<T> table, T scale) {
+        for (index_t r = 0; r < dx.rows(); ++r) {
             const T* src = dx.row(r);
             T* dst = table.row(ids[r]);
-            for (index_t c = 0; c < table.cols; ++c) dst[c] += scale * src[c];
+            for (index_t c = 0; c < table.cols(); ++c) dst[c] += scale * src[c];
         }
     }
 
-    // Softmax cross-entropy of each row of logits against targets[r]. Returns the sum over rows of
-    // -log p(target) (in double) and overwrites logits with grad_scale * (softmax - onehot), the
-    // gradient of grad_scale * that sum.
-    static double cross_entropy(const context& ctx, matrix_view<T> logits, const int* targets, T grad_scale) {
+    // ---- softmax cross-entropy of each row of logits against targets[r]: row_losses[r] = -log
+    // p(target) (in double), and logits overwritten with grad_scale * (softmax - onehot).
+    static void cross_entropy(const context& ctx, mat<T> logits, vec<const int> targets, T grad_scale, vec<double> row_losses) {
         using array = Eigen::Array<T, Eigen::Dynamic, 1>;
-        std::vector<double> loss(static_cast<std::size_t>(logits.rows));
-        VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads > 1 && logits.rows > 1))
-        for (index_t r = 0; r < logits.rows; ++r) {
-            Eigen::Map<array> z(logits.row(r), logits.cols);
+        check_size(logits.rows(), targets.size(), "cross_entropy targets");
+        check_size(logits.rows(), row_losses.size(), "cross_entropy losses");
+VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads > 1 && logits.rows() > 1))
+        for (index_t r = 0; r < logits.rows(); ++r) {
+            Eigen::Map<array> z(logits.row(r), logits.cols());
             const T m = z.maxCoeff(), target = z(targets[r]);
             z = (z - m).exp();
             const T sum = z.sum();
-            loss[static_cast<std::size_t>(r)] = std::log(static_cast<double>(sum)) + static_cast<double>(m - target);
+            row_losses[r] = std::log(static_cast<double>(sum)) + static_cast<double>(m - target);
             z *= grad_scale / sum;
             z(targets[r]) -= grad_scale;
         }
-        double total = 0;
-        for (double l : loss) total += l;
-        return total;
     }
 
-    // Splits rows of the fused qkv layout (per kv group: G query heads, its key, its value, each d
-    // wide) into dense q [rows x H*d], k and v [rows x Hkv*d]; join_qkv is its inverse.
-    static void split_qkv(matrix_view<const T> qkv, matrix_view<T> q, matrix_view<T> k, matrix_view<T> v, int heads,
-                          int kv_heads, index_t d) {
-        const int G = heads / kv_heads;
-        for (index_t r = 0; r < qkv.rows; ++r)
-            for (int g = 0; g < kv_heads; ++g) {
+    // ---- layout moves. The fused qkv rows hold, per kv group, G query heads, its key, its value.
+    template <index_t D>
+    static void split_qkv(const context&, mat<const T> qkv, mat<T> q, mat<T> k, mat<T> v, attention_shape<D> shape) {
+        const index_t d = shape.head_dim.value();
+        const int G = shape.heads / shape.kv_heads;
+        for (index_t r = 0; r < qkv.rows(); ++r)
+            for (int g = 0; g < shape.kv_heads; ++g) {
                 const T* src = qkv.row(r) + g * (G + 2) * d;
                 std::copy(src, src + G * d, q.row(r) + g * G * d);
                 std::copy(src + G * d, src + (G + 1) * d, k.row(r) + g * d);
                 std::copy(src + (G + 1) * d, src + (G + 2) * d, v.row(r) + g * d);
             }
     }
-    static void join_qkv(matrix_view<const T> q, matrix_view<const T> k, matrix_view<const T> v, matrix_view<T> qkv,
-                         int heads, int kv_heads, index_t d) {
-        const int G = heads / kv_heads;
-        for (index_t r = 0; r < qkv.rows; ++r)
-            for (int g = 0; g < kv_heads; ++g) {
+    template <index_t D>
+    static void join_qkv(const context&, mat<const T> q, mat<const T> k, mat<const T> v, mat<T> qkv, attention_shape<D> shape) {
+        const index_t d = shape.head_dim.value();
+        const int G = shape.heads / shape.kv_heads;
+        for (index_t r = 0; r < qkv.rows(); ++r)
+            for (int g = 0; g < shape.kv_heads; ++g) {
                 T* dst = qkv.row(r) + g * (G + 2) * d;
                 std::copy(q.row(r) + g * G * d, q.row(r) + (g + 1) * G * d, dst);
                 std::copy(k.row(r) + g * d, k.row(r) + (g + 1) * d, dst + G * d);
                 std::copy(v.row(r) + g * d, v.row(r) + (g + 1) * d, dst + (G + 1) * d);
             }
     }
-
-    static void fill(matrix_view<T> x, T value) {
-        for (index_t r = 0; r < x.rows; ++r) std::fill(x.row(r), x.row(r) + x.cols, value);
+    static void copy(const context&, mat<const T> from, mat<T> to) {
+        for (index_t r = 0; r < from.rows(); ++r) std::copy(from.row(r), from.row(r) + from.cols(), to.row(r));
+    }
+    static void fill(const context&, mat<T> x, T value) {
+        for (index_t r = 0; r < x.rows(); ++r) std::fill(x.row(r), x.row(r) + x.cols(), value);
     }
 
-    static void copy(matrix_view<const T> from, matrix_view<T> to) {
-        for (index_t r = 0; r < from.rows; ++r) std::copy(from.row(r), from.row(r) + from.cols, to.row(r));
+    // ---- the optimizer's vector ops
+    static void scale(const context&, vec<T> x, T s) {
+        for (auto& v : x.span()) v *= s;
+    }
+    // out[0] = sum of squares in double, summed in order (the same value for any thread count).
+    static void sum_squares(const context&, vec<const T> x, vec<double> out) {
+        double sq = 0;
+        for (T g : x.span()) sq += static_cast<double>(g) * g;
+        out[0] = sq;
+    }
+    static void adamw(const context& ctx, vec<Weight> params, vec<const T> grads, vec<State> m, vec<State> v, adamw_update u) {
+        check_size(params.size(), grads.size(), "adamw gradients");
+        const T b1 = static_cast<T>(u.beta1), b2 = static_cast<T>(u.beta2), c1 = static_cast<T>(1 - u.beta1),
+                c2 = static_cast<T>(1 - u.beta2), decay = static_cast<T>(u.decay), step = static_cast<T>(u.step_size),
+                root = static_cast<T>(u.root_bias2), eps = static_cast<T>(u.eps);
+        const index_t n = params.size();
+VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads > 1 && n > 65536))
+        for (index_t i = 0; i < n; ++i) {
+            m[i] = b1 * m[i] + c1 * grads[i];
+            v[i] = b2 * v[i] + c2 * grads[i] * grads[i];
+            params[i] = params[i] * decay - step * m[i] / (std::sqrt(v[i]) / root + eps);
+        }
+    }
+
+private:
+    static int scratch_threads(int wanted, index_t per_thread, vec<T> scratch, const char* op) {
+        const index_t fit = per_thread > 0 ? scratch.size() / per_thread : wanted;
+        if (fit < 1) vwt::detail::fail("cpu backend: ", op, ": scratch of ", scratch.size(), " elements, ", per_thread, " needed");
+        return static_cast<int>(std::max<index_t>(1, std::min<index_t>(wanted, fit)));
+    }
+    static int backward_threads(const context& ctx, index_t rows) {
+        return std::max(1, std::min<int>(ctx.threads, static_cast<int>((rows + 15) / 16)));
+    }
+    static void check_size(index_t need, index_t have, const char* what, bool at_least = false) {
+        if (at_least ? have < need : have != need)
+            vwt::detail::fail("cpu backend: ", what, ": ", have, " elements where ", at_least ? "at least " : "", need, " are needed");
+    }
+    template <class Y>
+    static void check_product(index_t m, index_t k, index_t n, index_t k2, const Y& y, const char* op, bool) {
+        if (k != k2 || y.rows() != m || y.cols() != n)
+            vwt::detail::fail(op, ": shapes [", m, " x ", k, "] . [", k2, " x ", n, "] -> [", y.rows(), " x ", y.cols(), "] do not match");
     }
 };
+
+static_assert(backend_policy<backend<float>>);
+static_assert(backend_policy<backend<double>>);
 
 }  // namespace vwt::cpu

@@ -6,7 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "schedule/schedule.hpp"
+#include "../backend/policy.hpp"
+#include "../schedule/schedule.hpp"
 
 namespace vwt {
 
@@ -20,11 +21,6 @@ enum class resize_method {
     zero,     // grown coordinates start at zero
 };
 
-// How c_fc's 8w output rows split into the SwiGLU up (u) and gate (g) halves.
-enum class mlp_layout {
-    split,        // rows [0, 4w) are u, rows [4w, 8w) are g (the lm_engine revision the authors use)
-    interleaved,  // rows alternate u, g (newer lm_engine)
-};
 
 struct model_config {
     dynamic_schedule schedule{};
@@ -36,7 +32,9 @@ struct model_config {
     double norm_eps = 1e-5;
     double rope_theta = 10000.0;
     resize_method resize = resize_method::move_up;
-    mlp_layout mlp = mlp_layout::split;
+    // How c_fc's 8w output rows split into the SwiGLU up (u) and gate (g) halves: split (rows
+    // [0, 4w) u, [4w, 8w) g, the lm_engine revision the authors use) or interleaved (u, g alternate).
+    swiglu_layout mlp = swiglu_layout::split;
     // Per-layer attention score multipliers as a checkpoint states them (the authors'
     // `attention_multiplier`); empty: derived from the parametrisation (1/d or 1/sqrt(d)).
     std::vector<double> attention_multipliers{};

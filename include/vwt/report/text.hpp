@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-namespace vwt::io {
+namespace vwt::report {
 
 // `text` as XML character data or attribute value: & < > " ' escaped.
 inline std::string xml_text(std::string_view text) {
@@ -65,4 +65,4 @@ inline std::string valid_utf8(std::string_view bytes) {
     return out;
 }
 
-}  // namespace vwt::io
+}  // namespace vwt::report

@@ -13,7 +13,7 @@
 #include "../schedule/schedule.hpp"
 #include "text.hpp"
 
-namespace vwt::io {
+namespace vwt::report {
 
 struct schedule_report_input {
     dynamic_schedule model;
@@ -172,4 +172,4 @@ inline std::string schedule_svg(const dynamic_schedule& s, const std::string& ti
     return o.str();
 }
 
-}  // namespace vwt::io
+}  // namespace vwt::report

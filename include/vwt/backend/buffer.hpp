@@ -1,0 +1,87 @@
+// An RAII allocation in one memory space: what a backend policy's `buffer<T>` is built from. The
+// policy supplies an allocator (how to get and release memory, and what a new buffer holds).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <new>
+#include <utility>
+
+#include "../error.hpp"
+#include "../tensor/view.hpp"
+
+namespace vwt {
+
+// Allocator: static U* allocate<U>(index_t n) and static void deallocate<U>(U*, index_t n).
+template <class U, memory_space M, class Allocator>
+class owning_buffer {
+public:
+    using element_type = U;
+    using memory = M;
+
+    owning_buffer() = default;
+    explicit owning_buffer(index_t n) : size_(n) {
+        if (n < 0) detail::fail("buffer: negative size ", n);
+        if (n > 0) data_ = Allocator::template allocate<U>(n);
+    }
+    owning_buffer(owning_buffer&& other) noexcept
+        : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+    owning_buffer& operator=(owning_buffer&& other) noexcept {
+        if (this != &other) {
+            release();
+            data_ = std::exchange(other.data_, nullptr);
+            size_ = std::exchange(other.size_, 0);
+        }
+        return *this;
+    }
+    owning_buffer(const owning_buffer&) = delete;
+    owning_buffer& operator=(const owning_buffer&) = delete;
+    ~owning_buffer() { release(); }
+
+    index_t size() const { return size_; }
+    vector_view<U, M> view() { return {data_, size_}; }
+    vector_view<const U, M> view() const { return {data_, size_}; }
+    // The first rows * cols elements as a row-major matrix.
+    matrix_view<U, M> matrix(index_t rows, index_t cols) {
+        check(rows * cols);
+        return {data_, rows, cols, cols};
+    }
+    matrix_view<const U, M> matrix(index_t rows, index_t cols) const {
+        check(rows * cols);
+        return {data_, rows, cols, cols};
+    }
+
+private:
+    void check(index_t n) const {
+        if (n > size_) detail::fail("buffer: a view of ", n, " elements over a buffer of ", size_);
+    }
+    void release() {
+        if (data_) Allocator::template deallocate<U>(data_, size_);
+        data_ = nullptr;
+        size_ = 0;
+    }
+    U* data_ = nullptr;
+    index_t size_ = 0;
+};
+
+// Host memory on 64-byte boundaries, value-initialised: a vectorised reduction peels its unaligned
+// head, so its order of additions (and its rounding) depends on where the array starts; buffers
+// that always start on a 64-byte boundary (the widest packet, AVX-512) make results independent of
+// the heap.
+struct aligned_host_allocator {
+    static constexpr std::size_t alignment = 64;
+    template <class U>
+    static U* allocate(index_t n) {
+        if (static_cast<std::size_t>(n) > static_cast<std::size_t>(-1) / sizeof(U)) throw std::bad_array_new_length();
+        void* p = ::operator new(static_cast<std::size_t>(n) * sizeof(U), std::align_val_t{alignment});
+        U* u = static_cast<U*>(p);
+        for (index_t i = 0; i < n; ++i) new (u + i) U();
+        return u;
+    }
+    template <class U>
+    static void deallocate(U* p, index_t) {
+        ::operator delete(p, std::align_val_t{alignment});
+    }
+};
+
+}  // namespace vwt

@@ -1,0 +1,374 @@
+// vwt::reference: the oracle policy. Plain loops with double accumulation, written from
+// semantics.md, in a memory space of its own that host code cannot read except by download.
+#pragma once
+
+// Two jobs: op tests compare every other policy with it (tests/backend_ops.cpp), and the whole
+// model (inference and a training step) runs on it, which proves that layers, models, sessions and
+// training reach policy memory only through ops, upload and download (a host read of its views
+// does not compile). New buffers hold NaN (floating point) or INT_MIN (integers), so reading memory
+// no op has written shows up in results instead of passing by luck. Single-threaded and slow:
+// simplicity over speed.
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <limits>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "../../error.hpp"
+#include "../buffer.hpp"
+#include "../policy.hpp"
+
+namespace vwt::reference {
+
+// The reference policy's memory: ordinary RAM, but typed so that host code cannot touch it.
+struct memory {
+    static constexpr bool host_accessible = false;
+};
+
+struct context {};
+
+struct poisoning_allocator {
+    template <class U>
+    static U* allocate(index_t n) {
+        U* p = new U[static_cast<std::size_t>(n)];
+        U poison{};
+        if constexpr (std::is_floating_point_v<U>) poison = std::numeric_limits<U>::quiet_NaN();
+        else if constexpr (std::is_integral_v<U>) poison = std::numeric_limits<U>::min();
+        std::fill(p, p + n, poison);
+        return p;
+    }
+    template <class U>
+    static void deallocate(U* p, index_t) {
+        delete[] p;
+    }
+};
+
+template <class Compute, class Weight = Compute, class State = Compute>
+struct backend {
+    using T = Compute;
+    using compute_type = Compute;
+    using weight_type = Weight;
+    using state_type = State;
+    using memory = reference::memory;
+    using context = vwt::reference::context;
+    template <class U>
+    using buffer = owning_buffer<U, memory, poisoning_allocator>;
+    template <class U, index_t C = dynamic_extent>
+    using mat = matrix_view<U, memory, C>;
+    template <class U>
+    using vec = vector_view<U, memory>;
+
+    template <class U>
+    static void upload(const context&, std::span<const U> host, vec<U> dst) {
+        require(static_cast<index_t>(host.size()) == dst.size(), "upload: sizes differ");
+        std::copy(host.begin(), host.end(), ptr(dst));
+    }
+    template <class U>
+    static void upload(const context& ctx, std::span<U> host, vec<std::remove_const_t<U>> dst) {
+        upload(ctx, std::span<const std::remove_const_t<U>>(host), dst);
+    }
+    template <class U>
+    static void download(const context&, vec<const U> src, std::span<U> host) {
+        require(static_cast<index_t>(host.size()) == src.size(), "download: sizes differ");
+        std::copy(ptr(src), ptr(src) + src.size(), host.begin());
+    }
+
+    // y = alpha x w^T + beta y
+    static void matmul_nt(const context&, mat<const T> x, mat<const Weight> w, mat<T> y, T alpha = T(1), T beta = T(0)) {
+        require(x.cols() == w.cols() && y.rows() == x.rows() && y.cols() == w.rows(), "matmul_nt: shapes");
+        for (index_t i = 0; i < y.rows(); ++i)
+            for (index_t j = 0; j < y.cols(); ++j) {
+                double sum = 0;
+                for (index_t k = 0; k < x.cols(); ++k) sum += double(at(x, i, k)) * double(at(w, j, k));
+                set_output(at(y, i, j), sum, alpha, beta);
+            }
+    }
+    // y = alpha x w + beta y
+    static void matmul_nn(const context&, mat<const T> x, mat<const Weight> w, mat<T> y, T alpha = T(1), T beta = T(0)) {
+        require(x.cols() == w.rows() && y.rows() == x.rows() && y.cols() == w.cols(), "matmul_nn: shapes");
+        for (index_t i = 0; i < y.rows(); ++i)
+            for (index_t j = 0; j < y.cols(); ++j) {
+                double sum = 0;
+                for (index_t k = 0; k < x.cols(); ++k) sum += double(at(x, i, k)) * double(at(w, k, j));
+                set_output(at(y, i, j), sum, alpha, beta);
+            }
+    }
+    // y = alpha a^T b + beta y
+    static void matmul_tn(const context&, mat<const T> a, mat<const T> b, mat<T> y, T alpha = T(1), T beta = T(0)) {
+        require(a.rows() == b.rows() && y.rows() == a.cols() && y.cols() == b.cols(), "matmul_tn: shapes");
+        for (index_t i = 0; i < y.rows(); ++i)
+            for (index_t j = 0; j < y.cols(); ++j) {
+                double sum = 0;
+                for (index_t k = 0; k < a.rows(); ++k) sum += double(at(a, k, i)) * double(at(b, k, j));
+                set_output(at(y, i, j), sum, alpha, beta);
+            }
+    }
+
+    // y = x / sqrt(mean(x^2) + eps) * g
+    template <index_t C>
+    static void rmsnorm(const context&, mat<const T, C> x, vec<const Weight> gain, mat<T, C> y, T eps) {
+        const index_t n = x.cols();
+        require(gain.size() == n && y.cols() == n && y.rows() == x.rows(), "rmsnorm: shapes");
+        for (index_t r = 0; r < x.rows(); ++r) {
+            const double inv = inverse_rms(x, r, eps);
+            for (index_t c = 0; c < n; ++c) at(y, r, c) = T(double(at(x, r, c)) * inv * double(ptr(gain)[c]));
+        }
+    }
+    static void rmsnorm(const context& ctx, mat<const T> x, vec<const Weight> gain, mat<T> y, T eps) {
+        rmsnorm<dynamic_extent>(ctx, x, gain, y, eps);
+    }
+    static index_t rmsnorm_backward_scratch(const context&, index_t, index_t) { return 0; }
+    // With s = 1/rms: dy/dx_j = s g_j e_j - x_j s^3 (x . (g o dy)) / n per row.
+    template <index_t C>
+    static void rmsnorm_backward(const context&, mat<const T, C> x, vec<const Weight> gain, mat<const T, C> dy, mat<T, C> dx,
+                                 vec<T> dgain, T eps, vec<T>) {
+        const index_t n = x.cols();
+        for (index_t c = 0; c < n; ++c) {
+            double sum = 0;
+            for (index_t r = 0; r < x.rows(); ++r) sum += double(at(dy, r, c)) * double(at(x, r, c)) * inverse_rms(x, r, eps);
+            ptr(dgain)[c] = T(double(ptr(dgain)[c]) + sum);
+        }
+        for (index_t r = 0; r < x.rows(); ++r) {
+            const double s = inverse_rms(x, r, eps);
+            double dot = 0;
+            for (index_t c = 0; c < n; ++c) dot += double(at(x, r, c)) * double(ptr(gain)[c]) * double(at(dy, r, c));
+            for (index_t c = 0; c < n; ++c)
+                at(dx, r, c) = T(double(at(dx, r, c)) + s * double(ptr(gain)[c]) * double(at(dy, r, c)) -
+                                 double(at(x, r, c)) * s * s * s * dot / double(n));
+        }
+    }
+    static void rmsnorm_backward(const context& ctx, mat<const T> x, vec<const Weight> gain, mat<const T> dy, mat<T> dx,
+                                 vec<T> dgain, T eps, vec<T> scratch) {
+        rmsnorm_backward<dynamic_extent>(ctx, x, gain, dy, dx, dgain, eps, scratch);
+    }
+
+    // Rotate-half RoPE: for j < d/2, (a, b) = (v_j, v_{j+d/2}) becomes (a cos - b sin, b cos + a sin)
+    // at angle position * theta^(-2j/d); inverse: the negated angle.
+    template <index_t D>
+    static void rope(const context&, mat<T> x, rope_layout<D> layout, vec<const int> positions, double theta, bool inverse = false) {
+        const index_t d = layout.head_dim.value();
+        require(positions.size() == x.rows() && d % 2 == 0, "rope: positions or head dim");
+        for (index_t r = 0; r < x.rows(); ++r)
+            for (int g = 0; g < layout.groups; ++g)
+                for (int h = 0; h < layout.heads_per_group; ++h) {
+                    const index_t base = g * layout.group_stride + h * d;
+                    for (index_t j = 0; j < d / 2; ++j) {
+                        const double angle = (inverse ? -1.0 : 1.0) * double(ptr(positions)[r]) * std::pow(theta, -2.0 * double(j) / double(d));
+                        const double a = at(x, r, base + j), b = at(x, r, base + j + d / 2);
+                        at(x, r, base + j) = T(a * std::cos(angle) - b * std::sin(angle));
+                        at(x, r, base + j + d / 2) = T(b * std::cos(angle) + a * std::sin(angle));
+                    }
+                }
+    }
+
+    template <index_t D>
+    static index_t attention_scratch(const context&, index_t, index_t, attention_shape<D>) { return 0; }
+    // out_i = sum_{t <= past + i} softmax_t(scale q_i . k_t) v_t per head, head h using kv head h / (H / Hkv).
+    template <index_t D>
+    static void attention(const context&, mat<const T> q, mat<const T> keys, mat<const T> values, mat<T> out,
+                          attention_shape<D> shape, T scale, vec<T>) {
+        const index_t d = shape.head_dim.value(), n_ctx = keys.rows(), past = n_ctx - q.rows();
+        require(past >= 0 && values.rows() == n_ctx, "attention: shapes");
+        const int group = shape.heads / shape.kv_heads;
+        std::vector<double> p(static_cast<std::size_t>(n_ctx));
+        for (index_t i = 0; i < q.rows(); ++i)
+            for (int h = 0; h < shape.heads; ++h) {
+                const index_t kv = (h / group) * d, seen = past + i + 1;
+                double top = -std::numeric_limits<double>::infinity(), z = 0;
+                for (index_t t = 0; t < seen; ++t) {
+                    double s = 0;
+                    for (index_t c = 0; c < d; ++c) s += double(at(q, i, h * d + c)) * double(at(keys, t, kv + c));
+                    p[static_cast<std::size_t>(t)] = s * double(scale);
+                    top = std::max(top, p[static_cast<std::size_t>(t)]);
+                }
+                for (index_t t = 0; t < seen; ++t) z += (p[static_cast<std::size_t>(t)] = std::exp(p[static_cast<std::size_t>(t)] - top));
+                for (index_t c = 0; c < d; ++c) {
+                    double o = 0;
+                    for (index_t t = 0; t < seen; ++t) o += p[static_cast<std::size_t>(t)] / z * double(at(values, t, kv + c));
+                    at(out, i, h * d + c) = T(o);
+                }
+            }
+    }
+    template <index_t D>
+    static index_t attention_backward_scratch(const context&, index_t, attention_shape<D>) { return 0; }
+    // With P the causal softmax and dP = dO V^T: dS = P o (dP - rowsum(P o dP)) * scale,
+    // dQ = dS K, dK = dS^T Q, dV = P^T dO, summed over the heads that share a kv head.
+    template <index_t D>
+    static void attention_backward(const context&, mat<const T> q, mat<const T> keys, mat<const T> values, mat<const T> d_out,
+                                   mat<T> dq, mat<T> dk, mat<T> dv, attention_shape<D> shape, T scale, vec<T>) {
+        const index_t n = q.rows(), d = shape.head_dim.value();
+        const int group = shape.heads / shape.kv_heads;
+        std::vector<double> dk_acc(static_cast<std::size_t>(n * shape.kv_heads * d)), dv_acc(dk_acc.size());
+        std::vector<double> p(static_cast<std::size_t>(n)), dp(static_cast<std::size_t>(n));
+        for (int h = 0; h < shape.heads; ++h) {
+            const index_t kv = (h / group) * d;
+            for (index_t i = 0; i < n; ++i) {
+                double top = -std::numeric_limits<double>::infinity(), z = 0, centre = 0;
+                for (index_t t = 0; t <= i; ++t) {
+                    double s = 0;
+                    for (index_t c = 0; c < d; ++c) s += double(at(q, i, h * d + c)) * double(at(keys, t, kv + c));
+                    p[std::size_t(t)] = s * double(scale);
+                    top = std::max(top, p[std::size_t(t)]);
+                }
+                for (index_t t = 0; t <= i; ++t) z += (p[std::size_t(t)] = std::exp(p[std::size_t(t)] - top));
+                for (index_t t = 0; t <= i; ++t) {
+                    p[std::size_t(t)] /= z;
+                    double s = 0;
+                    for (index_t c = 0; c < d; ++c) s += double(at(d_out, i, h * d + c)) * double(at(values, t, kv + c));
+                    dp[std::size_t(t)] = s;
+                    centre += p[std::size_t(t)] * s;
+                }
+                for (index_t c = 0; c < d; ++c) {
+                    double g = 0;
+                    for (index_t t = 0; t <= i; ++t) {
+                        const double ds = p[std::size_t(t)] * (dp[std::size_t(t)] - centre) * double(scale);
+                        g += ds * double(at(keys, t, kv + c));
+                        dk_acc[std::size_t(t * shape.kv_heads * d + kv + c)] += ds * double(at(q, i, h * d + c));
+                        dv_acc[std::size_t(t * shape.kv_heads * d + kv + c)] += p[std::size_t(t)] * double(at(d_out, i, h * d + c));
+                    }
+                    at(dq, i, h * d + c) = T(g);
+                }
+            }
+        }
+        for (index_t t = 0; t < n; ++t)
+            for (index_t c = 0; c < shape.kv_heads * d; ++c) {
+                at(dk, t, c) = T(dk_acc[std::size_t(t * shape.kv_heads * d + c)]);
+                at(dv, t, c) = T(dv_acc[std::size_t(t * shape.kv_heads * d + c)]);
+            }
+    }
+
+    // out_j = u_j * g_j * sigmoid(g_j)
+    static void swiglu(const context&, mat<const T> fused, mat<T> out, index_t inter, swiglu_layout layout) {
+        for (index_t r = 0; r < fused.rows(); ++r)
+            for (index_t j = 0; j < inter; ++j) {
+                const double u = at(fused, r, up_col(j, inter, layout)), g = at(fused, r, gate_col(j, inter, layout));
+                at(out, r, j) = T(u * g / (1.0 + std::exp(-g)));
+            }
+    }
+    static void swiglu_backward(const context&, mat<const T> fused, mat<const T> d_out, mat<T> d_fused, index_t inter,
+                                swiglu_layout layout) {
+        for (index_t r = 0; r < fused.rows(); ++r)
+            for (index_t j = 0; j < inter; ++j) {
+                const index_t uc = up_col(j, inter, layout), gc = gate_col(j, inter, layout);
+                const double u = at(fused, r, uc), g = at(fused, r, gc), d = at(d_out, r, j);
+                const double sig = 1.0 / (1.0 + std::exp(-g));
+                at(d_fused, r, uc) = T(d * g * sig);
+                at(d_fused, r, gc) = T(d * u * (sig + g * sig * (1.0 - sig)));
+            }
+    }
+
+    static void embed(const context&, mat<const Weight> table, vec<const int> ids, mat<T> x, T scale) {
+        require(ids.size() == x.rows() && x.cols() >= table.cols(), "embed: shapes");
+        for (index_t r = 0; r < x.rows(); ++r) {
+            const int id = ptr(ids)[r];
+            require(id >= 0 && id < table.rows(), "embed: id outside the table");
+            for (index_t c = 0; c < x.cols(); ++c) at(x, r, c) = c < table.cols() ? T(double(scale) * double(at(table, id, c))) : T(0);
+        }
+    }
+    static void embed_backward(const context&, mat<const T> dx, vec<const int> ids, mat<T> table, T scale) {
+        for (index_t r = 0; r < dx.rows(); ++r) {
+            const int id = ptr(ids)[r];
+            require(id >= 0 && id < table.rows(), "embed_backward: id outside the table");
+            for (index_t c = 0; c < table.cols(); ++c) at(table, id, c) = T(double(at(table, id, c)) + double(scale) * double(at(dx, r, c)));
+        }
+    }
+    // row loss = logsumexp(z) - z_target; logits become grad_scale * (softmax - onehot).
+    static void cross_entropy(const context&, mat<T> logits, vec<const int> targets, T grad_scale, vec<double> row_losses) {
+        for (index_t r = 0; r < logits.rows(); ++r) {
+            const int target = ptr(targets)[r];
+            require(target >= 0 && target < logits.cols(), "cross_entropy: target outside the vocabulary");
+            double top = -std::numeric_limits<double>::infinity(), z = 0;
+            for (index_t c = 0; c < logits.cols(); ++c) top = std::max(top, double(at(logits, r, c)));
+            for (index_t c = 0; c < logits.cols(); ++c) z += std::exp(double(at(logits, r, c)) - top);
+            ptr(row_losses)[r] = std::log(z) + top - double(at(logits, r, target));
+            for (index_t c = 0; c < logits.cols(); ++c)
+                at(logits, r, c) = T(double(grad_scale) * (std::exp(double(at(logits, r, c)) - top) / z - (c == target ? 1.0 : 0.0)));
+        }
+    }
+
+    // qkv columns per kv group g: [G query heads | key | value], each head_dim wide.
+    template <index_t D>
+    static void split_qkv(const context&, mat<const T> qkv, mat<T> q, mat<T> k, mat<T> v, attention_shape<D> shape) {
+        for_each_qkv(shape, qkv.rows(), [&](index_t r, index_t from, char part, index_t to) {
+            (part == 'q' ? at(q, r, to) : part == 'k' ? at(k, r, to) : at(v, r, to)) = at(qkv, r, from);
+        });
+    }
+    template <index_t D>
+    static void join_qkv(const context&, mat<const T> q, mat<const T> k, mat<const T> v, mat<T> qkv, attention_shape<D> shape) {
+        for_each_qkv(shape, qkv.rows(), [&](index_t r, index_t to, char part, index_t from) {
+            at(qkv, r, to) = part == 'q' ? at(q, r, from) : part == 'k' ? at(k, r, from) : at(v, r, from);
+        });
+    }
+    static void copy(const context&, mat<const T> from, mat<T> to) {
+        require(from.rows() == to.rows() && from.cols() == to.cols(), "copy: shapes");
+        for (index_t r = 0; r < from.rows(); ++r)
+            for (index_t c = 0; c < from.cols(); ++c) at(to, r, c) = at(from, r, c);
+    }
+    static void fill(const context&, mat<T> x, T value) {
+        for (index_t r = 0; r < x.rows(); ++r)
+            for (index_t c = 0; c < x.cols(); ++c) at(x, r, c) = value;
+    }
+    static void scale(const context&, vec<T> x, T s) {
+        for (index_t i = 0; i < x.size(); ++i) ptr(x)[i] = T(double(ptr(x)[i]) * double(s));
+    }
+    static void sum_squares(const context&, vec<const T> x, vec<double> out) {
+        double sum = 0;
+        for (index_t i = 0; i < x.size(); ++i) sum += double(ptr(x)[i]) * double(ptr(x)[i]);
+        ptr(out)[0] = sum;
+    }
+    static void adamw(const context&, vec<Weight> params, vec<const T> grads, vec<State> m, vec<State> v, adamw_update u) {
+        for (index_t i = 0; i < params.size(); ++i) {
+            const double g = ptr(grads)[i];
+            const double mi = u.beta1 * double(ptr(m)[i]) + (1 - u.beta1) * g;
+            const double vi = u.beta2 * double(ptr(v)[i]) + (1 - u.beta2) * g * g;
+            ptr(m)[i] = State(mi);
+            ptr(v)[i] = State(vi);
+            ptr(params)[i] = Weight(double(ptr(params)[i]) * u.decay - u.step_size * mi / (std::sqrt(vi) / u.root_bias2 + u.eps));
+        }
+    }
+
+private:
+    static void require(bool ok, const char* what) {
+        if (!ok) vwt::detail::fail("reference backend: ", what);
+    }
+    template <class U, index_t C>
+    static U* ptr(const mat<U, C>& v) { return policy_access::data(v); }
+    template <class U>
+    static U* ptr(const vec<U>& v) { return policy_access::data(v); }
+    template <class U, index_t C>
+    static U& at(const mat<U, C>& v, index_t r, index_t c) {
+        return ptr(v)[r * v.stride() + c];
+    }
+    static void set_output(T& y, double sum, T alpha, T beta) {
+        y = T(double(alpha) * sum + (beta == T(0) ? 0.0 : double(beta) * double(y)));
+    }
+    template <index_t C>
+    static double inverse_rms(mat<const T, C> x, index_t r, T eps) {
+        double sq = 0;
+        for (index_t c = 0; c < x.cols(); ++c) sq += double(at(x, r, c)) * double(at(x, r, c));
+        return 1.0 / std::sqrt(sq / double(x.cols()) + double(eps));
+    }
+    static index_t up_col(index_t j, index_t, swiglu_layout l) { return l == swiglu_layout::split ? j : 2 * j; }
+    static index_t gate_col(index_t j, index_t inter, swiglu_layout l) { return l == swiglu_layout::split ? inter + j : 2 * j + 1; }
+    // f(row, fused column, 'q' | 'k' | 'v', column in q, k or v)
+    template <index_t D, class F>
+    static void for_each_qkv(attention_shape<D> shape, index_t rows, F f) {
+        const index_t d = shape.head_dim.value();
+        const int G = shape.heads / shape.kv_heads;
+        for (index_t r = 0; r < rows; ++r)
+            for (int g = 0; g < shape.kv_heads; ++g) {
+                const index_t base = g * (G + 2) * d;
+                for (index_t c = 0; c < G * d; ++c) f(r, base + c, 'q', g * G * d + c);
+                for (index_t c = 0; c < d; ++c) f(r, base + G * d + c, 'k', g * d + c);
+                for (index_t c = 0; c < d; ++c) f(r, base + (G + 1) * d + c, 'v', g * d + c);
+            }
+    }
+};
+
+static_assert(backend_policy<backend<float>>);
+static_assert(backend_policy<backend<double>>);
+
+}  // namespace vwt::reference

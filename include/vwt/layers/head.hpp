@@ -1,0 +1,67 @@
+// The head: the final RMSNorm over the last layer's width w_L, the resize to the unembedding width
+// h (columns [w_L, h) straight from the residual stream: move_up for every model), lm_head / m_width,
+// and for training the softmax cross-entropy; forward and backward side by side.
+#pragma once
+
+#include <algorithm>
+
+#include "../params/layout.hpp"
+#include "resize.hpp"
+#include "rmsnorm.hpp"
+
+namespace vwt {
+
+template <class E, memory_space M>
+struct head_tensors {
+    vector_view<E, M> norm;    // ln_f [w_L]
+    matrix_view<E, M> lm_head; // [V x h]
+    static head_tensors bind(const tensor_binder<E, M>& b) {
+        return {b.vector("transformer.ln_f.weight"), b.matrix("lm_head.weight")};
+    }
+};
+
+template <class B>
+struct head {
+    using T = typename B::compute_type;
+    using M = typename B::memory;
+    template <class E>
+    using tensors = head_tensors<E, M>;
+    template <class U>
+    using mat = matrix_view<U, M>;
+
+    tensors<const typename B::weight_type> weights;
+    rmsnorm<B> norm;
+    index_t last_width = 0;   // w_L
+    index_t hidden = 0;       // h, the unembedding width
+    residual_resize::column_range from_stream{};  // [w_L, h) when w_L < h
+    T inv_width = T(1);       // 1 / m_width
+
+    // Columns of the head's input rows: max(w_L, h).
+    index_t input_cols() const { return std::max(last_width, hidden); }
+
+    // x: [n x W] rows of the residual stream; head_in: [n x input_cols()] (kept for backward);
+    // logits: [n x V].
+    void forward(const typename B::context& ctx, mat<const T> x, mat<T> head_in, mat<T> logits) const {
+        norm.forward(ctx, x.first_cols(last_width), head_in.first_cols(last_width));
+        if (!from_stream.empty())
+            B::copy(ctx, x.cols_range(from_stream.begin, from_stream.end), head_in.cols_range(from_stream.begin, from_stream.end));
+        B::matmul_nt(ctx, head_in.first_cols(hidden), weights.lm_head, logits, inv_width);
+    }
+
+    // From d_logits (the gradient of the loss by the logits): lm_head and ln_f gradients into
+    // `grads`, the stream's gradient into dx (overwritten: the head is the first thing backward
+    // reaches). d_head_in: scratch of head_in's shape.
+    void backward(const typename B::context& ctx, mat<const T> x, mat<const T> head_in, mat<const T> d_logits,
+                  mat<T> d_head_in, mat<T> dx, vector_view<T, M> norm_scratch, tensors<T> grads) const {
+        B::matmul_tn(ctx, d_logits, head_in.first_cols(hidden), grads.lm_head, inv_width, T(1));
+        B::matmul_nn(ctx, d_logits, weights.lm_head, d_head_in.first_cols(hidden), inv_width);
+        if (last_width > hidden) B::fill(ctx, d_head_in.cols_range(hidden, last_width), T(0));
+        B::fill(ctx, dx, T(0));
+        if (!from_stream.empty())
+            B::copy(ctx, d_head_in.cols_range(from_stream.begin, from_stream.end), dx.cols_range(from_stream.begin, from_stream.end));
+        norm.backward(ctx, x.first_cols(last_width), d_head_in.as_const().first_cols(last_width), dx.first_cols(last_width), grads.norm,
+                      norm_scratch);
+    }
+};
+
+}  // namespace vwt

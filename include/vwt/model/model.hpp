@@ -1,0 +1,292 @@
+// The model: the embedding, a schedule's blocks and the head over one residual buffer, with its
+// parameters in the backend policy's memory. static_model<B, S> holds the blocks of a compile-time
+// schedule as a std::tuple of fixed-width blocks; model<B> holds the same blocks, built at run
+// time, in a vector. Both run the same block code.
+#pragma once
+
+#include <span>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "../infer/kv_cache.hpp"
+#include "../infer/workspace.hpp"
+#include "../layers/block.hpp"
+#include "../layers/embedding.hpp"
+#include "../layers/head.hpp"
+#include "../layers/resize.hpp"
+#include "../params/layout.hpp"
+#include "config.hpp"
+
+namespace vwt {
+
+// One sequence of a forward call: the tokens to append and the cache they are appended to.
+template <class B>
+struct sequence_input {
+    kv_cache<B>* cache = nullptr;
+    std::span<const int> tokens;
+};
+
+enum class logits_mode {
+    last,  // one row per sequence: its last token (generation)
+    all,   // one row per input token (scoring, parity checks)
+};
+
+// Every tensor of a model over one element type: bound from a buffer laid out like the
+// parameters (the parameters themselves, or gradients).
+template <class E, memory_space M>
+struct model_tensors {
+    embedding_tensors<E, M> embedding;
+    std::vector<block_tensors<E, M, swiglu_tensors<E, M>>> blocks;
+    head_tensors<E, M> head;
+};
+
+namespace detail {
+
+// What both model kinds share: the parameters, the embedding, the resize rule, the head.
+// Derived provides for_each_block(f) and for_each_block_reversed(f), calling f(block).
+template <class B, class Derived>
+class model_core {
+public:
+    using backend = B;
+    using T = typename B::compute_type;
+    using W = typename B::weight_type;
+    using M = typename B::memory;
+    using context = typename B::context;
+
+    const model_config& config() const { return config_; }
+    const dynamic_schedule& schedule() const { return config_.schedule; }
+    const parameter_layout& layout() const { return layout_; }
+    int vocab() const { return config_.schedule.dims.vocab; }
+
+    // The parameters in the policy's memory, one contiguous buffer laid out by layout().
+    vector_view<const W, M> parameters() const { return params_.view(); }
+    // Writable parameters, for an optimizer; the blocks see every change.
+    vector_view<W, M> parameters() { return params_.view(); }
+
+    const embedding<B>& embedding_layer() const { return embedding_; }
+    const head<B>& head_layer() const { return head_; }
+    const residual_resize& resize() const { return resize_; }
+
+    kv_cache<B> make_cache(int capacity) const { return kv_cache<B>(config_.schedule, capacity); }
+    forward_workspace<B> make_workspace(const context& ctx, index_t max_rows, index_t max_context) const {
+        return forward_workspace<B>(ctx, config_.schedule, max_rows, max_context);
+    }
+
+    // Views of every tensor inside `buffer` (laid out like the parameters): gradients, moments.
+    template <class E>
+    model_tensors<E, M> bind(vector_view<E, M> buffer) const {
+        const tensor_binder<E, M> b(layout_, buffer);
+        model_tensors<E, M> t{embedding_tensors<E, M>::bind(b), {}, head_tensors<E, M>::bind(b)};
+        for (int i = 0; i < schedule().layers(); ++i)
+            t.blocks.push_back({b.vector(layer_prefix(i) + "ln_1.weight"), attention_tensors<E, M>::bind(b, i),
+                                b.vector(layer_prefix(i) + "ln_2.weight"), swiglu_tensors<E, M>::bind(b, i)});
+        return t;
+    }
+
+    // Appends each sequence's tokens to its cache and computes the logits, [rows x vocab] in
+    // the workspace: one row per sequence (logits_mode::last) or per token (logits_mode::all).
+    // Thread-safe: the model is read-only; concurrent calls need their own workspaces and caches.
+    matrix_view<T, M> forward(const context& ctx, forward_workspace<B>& ws, std::span<const sequence_input<B>> inputs,
+                              logits_mode mode = logits_mode::last) const {
+        const auto& s = config_.schedule;
+        if (inputs.empty()) vwt::detail::fail("forward: no sequences given");
+        auto& ids = ws.host_ids();
+        auto& positions = ws.host_positions();
+        auto& seqs = ws.sequences();
+        ids.clear();
+        positions.clear();
+        seqs.clear();
+        index_t rows = 0;
+        for (std::size_t q = 0; q < inputs.size(); ++q) {
+            const auto& in = inputs[q];
+            if (!in.cache) vwt::detail::fail("forward: sequence ", q, " has no KV cache");
+            if (in.tokens.empty()) vwt::detail::fail("forward: sequence ", q, " has no tokens");
+            const index_t past = in.cache->length(), n = static_cast<index_t>(in.tokens.size());
+            if (past + n > in.cache->capacity())
+                vwt::detail::fail("forward: sequence ", q, " would hold ", past + n, " tokens, beyond its KV cache capacity ",
+                                  in.cache->capacity(), " (model context ", s.dims.context, ")");
+            if (past + n > ws.max_context())
+                vwt::detail::fail("forward: sequence ", q, " would hold ", past + n, " tokens, beyond the workspace's context ",
+                                  ws.max_context());
+            if (rows + n > ws.max_rows())
+                vwt::detail::fail("forward: ", rows + n, " tokens in one call, beyond the workspace's ", ws.max_rows(), " rows");
+            for (std::size_t p = 0; p < q; ++p)
+                if (inputs[p].cache == in.cache) vwt::detail::fail("forward: sequences ", p, " and ", q, " share a KV cache");
+            for (std::size_t i = 0; i < in.tokens.size(); ++i) {
+                const int t = in.tokens[i];
+                if (t < 0 || t >= s.dims.vocab)
+                    vwt::detail::fail("forward: token id ", t, " at position ", i, " of sequence ", q,
+                                      " is outside the vocabulary [0, ", s.dims.vocab, ")");
+                ids.push_back(t);
+                positions.push_back(static_cast<int>(past + static_cast<index_t>(i)));
+            }
+            seqs.push_back({rows, n, past});
+            rows += n;
+        }
+        const auto id_view = ws.ids(rows), position_view = ws.positions(rows);
+        B::upload(ctx, std::span<const int>(ids), id_view);
+        B::upload(ctx, std::span<const int>(positions), position_view);
+
+        const auto x = ws.residual(rows);
+        embedding_.forward(ctx, id_view, x);
+        const std::span<const sequence_rows> seq_span(seqs);
+        derived().for_each_block([&](const auto& b) {
+            resize_.before_layer<B>(ctx, x, b.layer());
+            b.forward(ctx, x, seq_span, position_view, [&](std::size_t i) { return inputs[i].cache->layer(b.layer()); },
+                      ws.scratch());
+        });
+        for (const auto& in : inputs) in.cache->commit(static_cast<int>(in.tokens.size()));
+
+        // The rows that get logits, gathered (one copy per sequence), then the head.
+        index_t n = 0;
+        const auto gathered = ws.gathered(mode == logits_mode::all ? rows : static_cast<index_t>(seqs.size()));
+        if (mode == logits_mode::all) {
+            B::copy(ctx, x.all().as_const(), gathered);
+            n = rows;
+        } else {
+            for (const auto& q : seqs) {
+                B::copy(ctx, x.all().rows_range(q.begin + q.rows - 1, q.begin + q.rows).as_const(), gathered.rows_range(n, n + 1));
+                ++n;
+            }
+        }
+        const auto logits = ws.logits(n);
+        head_.forward(ctx, gathered.as_const(), ws.head_in(n), logits);
+        return logits;
+    }
+
+    // The same, returning the logits on the host (allocates a workspace: for scoring and tests;
+    // sessions reuse theirs).
+    std::vector<T> forward(const context& ctx, std::span<const sequence_input<B>> inputs, logits_mode mode = logits_mode::last) const {
+        index_t rows = 0, longest = 1;
+        for (const auto& in : inputs) {
+            rows += static_cast<index_t>(in.tokens.size());
+            if (in.cache) longest = std::max<index_t>(longest, in.cache->length() + static_cast<index_t>(in.tokens.size()));
+        }
+        forward_workspace<B> ws(ctx, config_.schedule, std::max<index_t>(rows, 1), longest);
+        const auto logits = forward(ctx, ws, inputs, mode);
+        std::vector<T> host(static_cast<std::size_t>(logits.rows() * logits.cols()));
+        B::download(ctx, vector_view<const T, M>(ws.logits_vector(logits.rows())), std::span<T>(host));
+        return host;
+    }
+
+protected:
+    model_core(model_config c, std::span<const W> host_params, const context& ctx)
+        : config_(std::move(c)), layout_(config_), resize_(config_.schedule, config_.resize) {
+        if (static_cast<std::int64_t>(host_params.size()) != layout_.size())
+            vwt::detail::fail("model: ", host_params.size(), " parameters given, the schedule needs ", layout_.size());
+        params_ = typename B::template buffer<W>(layout_.size());
+        B::upload(ctx, host_params, params_.view());
+        const tensor_binder<const W, M> b(layout_, params_.view());
+        embedding_ = {embedding_tensors<const W, M>::bind(b), T(config_.m_emb)};
+        const auto& s = config_.schedule;
+        head_.weights = head_tensors<const W, M>::bind(b);
+        head_.norm = {head_.weights.norm, T(config_.norm_eps)};
+        head_.last_width = s.width(s.layers() - 1);
+        head_.hidden = s.dims.hidden;
+        head_.from_stream = resize_.from_stream_to_head();
+        head_.inv_width = T(1.0 / config_.m_width);
+    }
+    model_core(const model_core&) = delete;
+    model_core& operator=(const model_core&) = delete;
+    model_core(model_core&&) noexcept = default;
+
+    template <class Block>
+    Block make_block(int layer, auto width) const {
+        const tensor_binder<const W, M> b(layout_, params_.view());
+        return Block(width, hyper_of(config_, layer), Block::template bind<const W>(b, layer));
+    }
+
+private:
+    const Derived& derived() const { return static_cast<const Derived&>(*this); }
+
+protected:
+    model_config config_;
+    parameter_layout layout_;
+    typename B::template buffer<W> params_;
+    residual_resize resize_;
+    embedding<B> embedding_{};
+    head<B> head_{};
+};
+
+}  // namespace detail
+
+// A model whose schedule is known only at run time (e.g. read from a checkpoint).
+template <class B>
+class model : public detail::model_core<B, model<B>> {
+    using core = detail::model_core<B, model<B>>;
+
+public:
+    using block_type = block<B, dynamic_width>;
+    using typename core::context;
+    using typename core::W;
+
+    model(model_config c, std::span<const W> params, const context& ctx = {}) : core(std::move(c), params, ctx) {
+        for (int i = 0; i < this->schedule().layers(); ++i)
+            blocks_.push_back(this->template make_block<block_type>(i, dynamic_width(this->schedule().width(i), this->schedule().dims.heads)));
+    }
+    model(model&&) noexcept = default;
+
+    template <class F>
+    void for_each_block(F&& f) const {
+        for (const auto& b : blocks_) f(b);
+    }
+    template <class F>
+    void for_each_block_reversed(F&& f) const {
+        for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) f(*it);
+    }
+
+private:
+    std::vector<block_type> blocks_;
+};
+
+// A model of a compile-time schedule S: its blocks are a std::tuple of fixed-width blocks (the
+// widths and head dimensions are static extents down to the ops), and the schedule's invariants
+// are checked by the compiler.
+template <class B, auto S>
+class static_model : public detail::model_core<B, static_model<B, S>> {
+    using core = detail::model_core<B, static_model<B, S>>;
+    static constexpr std::size_t L = decltype(S)::static_layers;
+    static_assert(L != dynamic, "static_model needs a fixed-size vwt::schedule<L>");
+
+    template <std::size_t I>
+    using width_of = fixed_width<S.widths[I], S.dims.heads>;
+    template <std::size_t... I>
+    static auto block_types(std::index_sequence<I...>) -> std::tuple<block<B, width_of<I>>...>;
+    using blocks_t = decltype(block_types(std::make_index_sequence<L>{}));
+
+    template <std::size_t... I>
+    blocks_t make_blocks(std::index_sequence<I...>) const {
+        return blocks_t{this->template make_block<block<B, width_of<I>>>(static_cast<int>(I), width_of<I>{})...};
+    }
+
+public:
+    using typename core::context;
+    using typename core::W;
+
+    static_model(model_config c, std::span<const W> params, const context& ctx = {})
+        : core(check(std::move(c)), params, ctx), blocks_(make_blocks(std::make_index_sequence<L>{})) {}
+    static_model(static_model&&) noexcept = default;
+
+    template <class F>
+    void for_each_block(F&& f) const {
+        std::apply([&](const auto&... b) { (f(b), ...); }, blocks_);
+    }
+    template <class F>
+    void for_each_block_reversed(F&& f) const {
+        reversed(f, std::make_index_sequence<L>{});
+    }
+
+private:
+    template <class F, std::size_t... I>
+    void reversed(F& f, std::index_sequence<I...>) const {
+        (f(std::get<L - 1 - I>(blocks_)), ...);
+    }
+    static model_config check(model_config c) {
+        if (c.schedule != dynamic_schedule(S)) vwt::detail::fail("model config widths do not match the compiled schedule");
+        return c;
+    }
+    blocks_t blocks_;
+};
+
+}  // namespace vwt

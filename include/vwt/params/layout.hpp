@@ -1,0 +1,115 @@
+// The parameter layout: every tensor of a model (name, shape, offset, role, layer) under the
+// authors' state-dict names, in one contiguous buffer; and views of one tensor bound by name.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "../error.hpp"
+#include "../model/config.hpp"
+#include "../tensor/view.hpp"
+
+namespace vwt {
+
+// The name prefix of layer i's tensors.
+inline std::string layer_prefix(int layer) { return "transformer.h." + std::to_string(layer) + "."; }
+
+enum class tensor_role {
+    embedding,   // transformer.wte
+    norm,        // ln_1, ln_2, ln_f gains
+    attn_in,     // c_attn
+    attn_out,    // sequence_mixer.c_proj
+    mlp_in,      // c_fc
+    mlp_out,     // mlp_block.c_proj
+    head,        // lm_head
+};
+
+struct tensor_info {
+    std::string name;
+    std::vector<std::int64_t> shape;
+    std::int64_t offset = 0;  // in elements, into the parameter buffer
+    tensor_role role{};
+    int layer = -1;           // -1 for embedding, final norm and head
+
+    std::int64_t numel() const {
+        std::int64_t n = 1;
+        for (auto s : shape) n *= s;
+        return n;
+    }
+};
+
+class parameter_layout {
+public:
+    explicit parameter_layout(const model_config& c) {
+        const auto& s = c.schedule;
+        const auto& d = s.dims;
+        if (d.moe.enabled()) detail::fail("MoE layers are not implemented by the model yet (schedule has ",
+                                          d.moe.experts, " experts)");
+        add("transformer.wte.weight", {d.vocab, d.hidden}, tensor_role::embedding, -1);
+        for (int i = 0; i < s.layers(); ++i) {
+            // int64 throughout: every product below fits for widths up to schedule_limits::width.
+            const std::int64_t w = s.width(i), hd = s.head_dim(i), heads = d.heads, kv_heads = d.kv_heads;
+            const std::string p = layer_prefix(i);
+            add(p + "ln_1.weight", {w}, tensor_role::norm, i);
+            add(p + "sequence_mixer.c_attn.weight", {(heads + 2 * kv_heads) * hd, w}, tensor_role::attn_in, i);
+            add(p + "sequence_mixer.c_proj.weight", {w, heads * hd}, tensor_role::attn_out, i);
+            add(p + "ln_2.weight", {w}, tensor_role::norm, i);
+            add(p + "mlp_block.c_fc.weight", {8 * w, w}, tensor_role::mlp_in, i);
+            add(p + "mlp_block.c_proj.weight", {w, 4 * w}, tensor_role::mlp_out, i);
+        }
+        add("transformer.ln_f.weight", {s.width(s.layers() - 1)}, tensor_role::norm, -1);
+        add("lm_head.weight", {d.vocab, d.hidden}, tensor_role::head, -1);
+    }
+
+    const std::vector<tensor_info>& tensors() const { return tensors_; }
+    std::int64_t size() const { return size_; }
+    const tensor_info* find(const std::string& name) const {
+        const auto it = by_name_.find(name);
+        return it == by_name_.end() ? nullptr : &tensors_[it->second];
+    }
+    const tensor_info& at(const std::string& name) const {
+        const auto* t = find(name);
+        if (!t) detail::fail("no tensor named '", name, "' in the model");
+        return *t;
+    }
+
+private:
+    void add(std::string name, std::vector<std::int64_t> shape, tensor_role role, int layer) {
+        tensor_info t{std::move(name), std::move(shape), size_, role, layer};
+        size_ += t.numel();
+        by_name_.emplace(t.name, tensors_.size());
+        tensors_.push_back(std::move(t));
+    }
+    std::vector<tensor_info> tensors_;
+    std::unordered_map<std::string, std::size_t> by_name_;
+    std::int64_t size_ = 0;
+};
+
+// Views of one tensor inside a buffer laid out like the parameters (parameters, gradients,
+// optimizer moments share the layout), bound once by name when a layer is built.
+template <class E, memory_space M>
+class tensor_binder {
+public:
+    tensor_binder(const parameter_layout& layout, vector_view<E, M> buffer) : layout_(layout), buffer_(buffer) {
+        if (buffer.size() != layout.size())
+            detail::fail("binding tensors: a buffer of ", buffer.size(), " elements for a layout of ", layout.size());
+    }
+    matrix_view<E, M> matrix(const std::string& name) const {
+        const auto& t = layout_.at(name);
+        if (t.shape.size() != 2) detail::fail("tensor '", name, "' is not a matrix");
+        return buffer_.subview(t.offset, t.numel()).as_matrix(t.shape[0], t.shape[1]);
+    }
+    vector_view<E, M> vector(const std::string& name) const {
+        const auto& t = layout_.at(name);
+        return buffer_.subview(t.offset, t.numel());
+    }
+    const parameter_layout& layout() const { return layout_; }
+
+private:
+    const parameter_layout& layout_;
+    vector_view<E, M> buffer_;
+};
+
+}  // namespace vwt

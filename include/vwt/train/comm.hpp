@@ -1,0 +1,35 @@
+// The communicator a trainer uses to combine the work of several processes: rank, size, an
+// all-reduce of the gradient buffer, broadcast and barrier. One process needs none of it
+// (single_process); a data-parallel engine (MPI, NCCL) implements the same interface.
+#pragma once
+
+#include "../tensor/view.hpp"
+
+namespace vwt::train {
+
+template <class B>
+class communicator {
+public:
+    using T = typename B::compute_type;
+    using M = typename B::memory;
+    virtual ~communicator() = default;
+    virtual int rank() const = 0;
+    virtual int size() const = 0;
+    // Every rank's `data` becomes the elementwise sum over ranks, in the same order on every rank.
+    virtual void all_reduce_sum(const typename B::context& ctx, vector_view<T, M> data) = 0;
+    // Every rank's `data` becomes root's.
+    virtual void broadcast(const typename B::context& ctx, vector_view<T, M> data, int root) = 0;
+    virtual void barrier() = 0;
+};
+
+template <class B>
+class single_process final : public communicator<B> {
+public:
+    int rank() const override { return 0; }
+    int size() const override { return 1; }
+    void all_reduce_sum(const typename B::context&, vector_view<typename B::compute_type, typename B::memory>) override {}
+    void broadcast(const typename B::context&, vector_view<typename B::compute_type, typename B::memory>, int) override {}
+    void barrier() override {}
+};
+
+}  // namespace vwt::train

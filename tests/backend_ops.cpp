@@ -1,0 +1,288 @@
+// Every op of the backend_policy concept, forward and backward, on every policy, against the
+// reference policy in double precision (the oracle): odd sizes, one row, inner dimensions on both
+// sides of the CPU's k-panel split, strided views, GQA groups, positions far from 0, a past in
+// the KV cache, static extents. A CUDA policy joins the list of policies below.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include <vwt/vwt.hpp>
+
+namespace {
+
+using oracle = vwt::reference::backend<double>;
+using vwt::index_t;
+
+template <class B>
+typename B::context context_of(int threads) {
+    typename B::context ctx{};
+    if constexpr (requires { ctx.threads; }) ctx.threads = threads;
+    return ctx;
+}
+
+// Host values (double) in a policy's memory, as a [rows x cols] matrix with a row stride of
+// cols + pad (pad > 0: a view into a wider buffer).
+template <class B, class U = typename B::compute_type>
+struct on {
+    index_t rows, cols, stride;
+    typename B::template buffer<U> buffer;
+    typename B::context ctx;
+    on(typename B::context c, const std::vector<double>& host, index_t r, index_t k, index_t pad = 0)
+        : rows(r), cols(k), stride(k + pad), buffer(r * (k + pad)), ctx(c) {
+        REQUIRE(static_cast<index_t>(host.size()) == r * k);
+        std::vector<U> padded(static_cast<std::size_t>(rows * stride), U(0));
+        for (index_t i = 0; i < rows; ++i)
+            for (index_t j = 0; j < cols; ++j) padded[static_cast<std::size_t>(i * stride + j)] = static_cast<U>(host[static_cast<std::size_t>(i * cols + j)]);
+        B::upload(ctx, std::span<const U>(padded), buffer.view());
+    }
+    vwt::matrix_view<U, typename B::memory> m() { return buffer.view().as_matrix(rows, stride).first_cols(cols); }
+    vwt::vector_view<U, typename B::memory> v() { return buffer.view(); }
+    std::vector<double> get() {
+        std::vector<U> padded(static_cast<std::size_t>(rows * stride));
+        B::download(ctx, vwt::vector_view<const U, typename B::memory>(buffer.view()), std::span<U>(padded));
+        std::vector<double> out(static_cast<std::size_t>(rows * cols));
+        for (index_t i = 0; i < rows; ++i)
+            for (index_t j = 0; j < cols; ++j) out[static_cast<std::size_t>(i * cols + j)] = static_cast<double>(padded[static_cast<std::size_t>(i * stride + j)]);
+        return out;
+    }
+};
+
+std::vector<double> random_values(std::size_t n, std::uint32_t seed, double scale = 1.0) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<double> normal(0.0, scale);
+    std::vector<double> v(n);
+    for (auto& x : v) x = normal(rng);
+    return v;
+}
+std::vector<double> values(index_t n, std::uint32_t seed, double scale = 1.0) { return random_values(static_cast<std::size_t>(n), seed, scale); }
+
+// max |got - want| <= tol * max(1, max |want|): float policies to single precision, double ones
+// (and the oracle against itself) to double.
+template <class B>
+void same(const std::vector<double>& got, const std::vector<double>& want, double float_tol = 2e-5) {
+    REQUIRE(got.size() == want.size());
+    const double tol = std::is_same_v<typename B::compute_type, float> ? float_tol : 1e-11;
+    double scale = 1, err = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+        scale = std::max(scale, std::abs(want[i]));
+        err = std::max(err, std::abs(got[i] - want[i]));
+        REQUIRE(std::isfinite(got[i]));
+    }
+    CHECK(err <= tol * scale);
+}
+
+// Runs `f.template operator()<P>(ctx)` on the policy under test and on the oracle, and compares
+// every output vector.
+template <class B, class F>
+void against_oracle(F f, int threads = 2, double float_tol = 2e-5) {
+    const auto got = f.template operator()<B>(context_of<B>(threads));
+    const auto want = f.template operator()<oracle>(context_of<oracle>(threads));
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+        INFO("output " << i);
+        same<B>(got[i], want[i], float_tol);
+    }
+}
+
+using outputs = std::vector<std::vector<double>>;
+
+}  // namespace
+
+#define POLICIES vwt::cpu::backend<float>, vwt::cpu::backend<double>, vwt::reference::backend<float>
+
+TEMPLATE_TEST_CASE("ops: the three matrix products", "[ops]", POLICIES) {
+    for (const index_t k : {1, 17, 768, 769})
+        for (const index_t m : {1, 7, 65})
+            for (const int threads : {1, 2}) {
+                INFO("k " << k << " m " << m << " threads " << threads);
+                const index_t n = 37;
+                const auto x = values(m * k, 1), w = values(n * k, 2), y0 = values(m * n, 3), wn = values(n * k, 4), a = values(m * n, 5);
+                against_oracle<TestType>(
+                    [&]<class P>(typename P::context ctx) {
+                        on<P> X(ctx, x, m, k, 3), Wt(ctx, w, n, k), Y(ctx, y0, m, n, 1), Wn(ctx, wn, n, k), Y2(ctx, y0, m, n);
+                        on<P> A(ctx, a, m, n), G(ctx, values(n * k, 6), n, k, 2);
+                        P::matmul_nt(ctx, X.m(), Wt.m(), Y.m(), 0.5, 0.25);  // alpha, beta: both terms
+                        P::matmul_nn(ctx, Y2.m(), Wn.m(), X.m(), 1, 0);     // [m x n] . [n x k]; beta 0 never reads X
+                        P::matmul_tn(ctx, A.m(), X.m(), G.m(), 2, 1);
+                        return outputs{Y.get(), X.get(), G.get()};
+                    },
+                    threads, k > 700 ? 6e-5 : 2e-5);
+            }
+}
+
+TEMPLATE_TEST_CASE("ops: rmsnorm and its backward, dynamic and static extents", "[ops]", POLICIES) {
+    for (const index_t rows : {1, 5, 40})
+        for (const int threads : {1, 2}) {
+            INFO("rows " << rows << " threads " << threads);
+            constexpr index_t n = 24;
+            const auto x = values(rows * n, 7, 3.0), g = values(n, 8), dy = values(rows * n, 9), dx0 = values(rows * n, 10),
+                       dg0 = values(n, 11);
+            against_oracle<TestType>(
+                [&]<class P>(typename P::context ctx) {
+                    using T = typename P::compute_type;
+                    on<P> X(ctx, x, rows, n, 2), G(ctx, g, 1, n), Y(ctx, values(rows * n, 12), rows, n), S(ctx, values(rows * n, 13), rows, n);
+                    on<P> DY(ctx, dy, rows, n), DX(ctx, dx0, rows, n), DG(ctx, dg0, 1, n);
+                    on<P> scratch(ctx, std::vector<double>(static_cast<std::size_t>(P::rmsnorm_backward_scratch(ctx, rows, n) + 1)),
+                                  1, P::rmsnorm_backward_scratch(ctx, rows, n) + 1);
+                    const vwt::vector_view<const T, typename P::memory> gain = G.v();
+                    P::rmsnorm(ctx, X.m().as_const(), gain, Y.m(), T(1e-5));
+                    P::rmsnorm(ctx, X.m().as_const().template with_cols<n>(), gain, S.m().template with_cols<n>(), T(1e-5));
+                    P::rmsnorm_backward(ctx, X.m().as_const(), gain, DY.m().as_const(), DX.m(), DG.v(), T(1e-5), scratch.v());
+                    return outputs{Y.get(), S.get(), DX.get(), DG.get()};
+                },
+                threads);
+        }
+}
+
+TEMPLATE_TEST_CASE("ops: RoPE at positions far from 0, and its inverse", "[ops]", POLICIES) {
+    // qkv layout of H = 6 query heads over Hkv = 2 kv groups (G = 3), head dim 10: per group
+    // 3 queries, 1 key (rotated), 1 value (left alone).
+    const int H = 6, Hkv = 2, d = 10, G = H / Hkv;
+    const index_t rows = 5, cols = (H + 2 * Hkv) * d;
+    const auto x = values(rows * cols, 14);
+    const std::vector<int> positions{0, 1, 7, 100000, 2'000'000'000 / 3};
+    against_oracle<TestType>([&]<class P>(typename P::context ctx) {
+        on<P> X(ctx, x, rows, cols, 4), Back(ctx, x, rows, cols);
+        typename P::template buffer<int> pos(rows);
+        P::upload(ctx, std::span<const int>(positions), pos.view());
+        const vwt::rope_layout<> layout{Hkv, G + 1, static_cast<index_t>(G + 2) * d, vwt::extent<vwt::dynamic_extent>(d)};
+        P::rope(ctx, X.m(), layout, pos.view(), 10000.0, false);
+        P::rope(ctx, Back.m(), vwt::rope_layout<d>{Hkv, G + 1, static_cast<index_t>(G + 2) * d, {}}, pos.view(), 500.0, true);
+        return outputs{X.get(), Back.get()};
+    }, 2, 1e-4);
+    // The inverse undoes the rotation.
+    const auto ctx = context_of<TestType>(2);
+    on<TestType> X(ctx, x, rows, cols);
+    typename TestType::template buffer<int> pos(rows);
+    TestType::upload(ctx, std::span<const int>(positions), pos.view());
+    const vwt::rope_layout<> layout{Hkv, G + 1, static_cast<index_t>(G + 2) * d, vwt::extent<vwt::dynamic_extent>(d)};
+    TestType::rope(ctx, X.m(), layout, pos.view(), 10000.0, false);
+    TestType::rope(ctx, X.m(), layout, pos.view(), 10000.0, true);
+    same<TestType>(X.get(), x, 1e-5);
+}
+
+TEMPLATE_TEST_CASE("ops: causal attention with a past, GQA, and its backward", "[ops]", POLICIES) {
+    for (const auto& [H, Hkv] : std::vector<std::pair<int, int>>{{4, 4}, {6, 2}, {4, 1}})
+        for (const index_t past : {0, 3})
+            for (const index_t T_q : {1, 7, 70})
+                for (const int threads : {1, 2}) {
+                    const index_t d = 8, n_ctx = past + T_q;
+                    INFO("H " << H << " Hkv " << Hkv << " past " << past << " rows " << T_q << " threads " << threads);
+                    const auto q = values(T_q * H * d, 15), k = values(n_ctx * Hkv * d, 16), v = values(n_ctx * Hkv * d, 17);
+                    const auto d_out = values(T_q * H * d, 18);
+                    against_oracle<TestType>(
+                        [&]<class P>(typename P::context ctx) {
+                            using T = typename P::compute_type;
+                            const vwt::attention_shape<> shape{H, Hkv, vwt::extent<vwt::dynamic_extent>(d)};
+                            const vwt::attention_shape<d> fixed{H, Hkv, {}};
+                            on<P> Q(ctx, q, T_q, H * d, 2), K(ctx, k, n_ctx, Hkv * d, 1), V(ctx, v, n_ctx, Hkv * d), O(ctx, values(T_q * H * d, 19), T_q, H * d, 3);
+                            on<P> O2(ctx, values(T_q * H * d, 20), T_q, H * d);
+                            const index_t need = P::attention_scratch(ctx, T_q, n_ctx, shape);
+                            on<P> scratch(ctx, std::vector<double>(static_cast<std::size_t>(need + 1)), 1, need + 1);
+                            P::attention(ctx, Q.m().as_const(), K.m().as_const(), V.m().as_const(), O.m(), shape, T(0.3), scratch.v());
+                            P::attention(ctx, Q.m().as_const(), K.m().as_const(), V.m().as_const(), O2.m(), fixed, T(0.3), scratch.v());
+                            outputs out{O.get(), O2.get()};
+                            if (past == 0) {  // training: no past
+                                on<P> dO(ctx, d_out, T_q, H * d), dQ(ctx, values(T_q * H * d, 21), T_q, H * d, 1);
+                                on<P> dK(ctx, values(T_q * Hkv * d, 22), T_q, Hkv * d), dV(ctx, values(T_q * Hkv * d, 23), T_q, Hkv * d, 2);
+                                const index_t need_b = P::attention_backward_scratch(ctx, T_q, shape);
+                                on<P> sb(ctx, std::vector<double>(static_cast<std::size_t>(need_b + 1)), 1, need_b + 1);
+                                P::attention_backward(ctx, Q.m().as_const(), K.m().as_const(), V.m().as_const(), dO.m().as_const(), dQ.m(),
+                                                      dK.m(), dV.m(), shape, T(0.3), sb.v());
+                                out.push_back(dQ.get());
+                                out.push_back(dK.get());
+                                out.push_back(dV.get());
+                            }
+                            return out;
+                        },
+                        threads, 5e-5);
+                }
+}
+
+TEMPLATE_TEST_CASE("ops: SwiGLU in both layouts and its backward", "[ops]", POLICIES) {
+    for (const auto layout : {vwt::swiglu_layout::split, vwt::swiglu_layout::interleaved})
+        for (const index_t rows : {1, 9}) {
+            const index_t inter = 13;
+            const auto fused = values(rows * 2 * inter, 24, 2.0), d_out = values(rows * inter, 25);
+            against_oracle<TestType>([&]<class P>(typename P::context ctx) {
+                on<P> F(ctx, fused, rows, 2 * inter, 1), O(ctx, values(rows * inter, 26), rows, inter, 2);
+                on<P> D(ctx, d_out, rows, inter), DF(ctx, values(rows * 2 * inter, 27), rows, 2 * inter);
+                P::swiglu(ctx, F.m().as_const(), O.m(), inter, layout);
+                P::swiglu_backward(ctx, F.m().as_const(), D.m().as_const(), DF.m(), inter, layout);
+                return outputs{O.get(), DF.get()};
+            });
+        }
+}
+
+TEMPLATE_TEST_CASE("ops: embedding, its backward with repeated ids, cross-entropy", "[ops]", POLICIES) {
+    const index_t V = 11, h = 6, W = 9, rows = 8;
+    const std::vector<int> ids{3, 0, 10, 3, 3, 7, 0, 1}, targets{1, 10, 0, 4, 4, 2, 9, 3};
+    const auto table = values(V * h, 28), dx = values(rows * W, 29), logits = values(rows * V, 30, 4.0), t0 = values(V * h, 31);
+    against_oracle<TestType>([&]<class P>(typename P::context ctx) {
+        using T = typename P::compute_type;
+        on<P> Tb(ctx, table, V, h), X(ctx, values(rows * W, 32), rows, W, 1), DX(ctx, dx, rows, W), DT(ctx, t0, V, h);
+        on<P> L(ctx, logits, rows, V, 2);
+        typename P::template buffer<int> id(rows), target(rows);
+        typename P::template buffer<double> losses(rows);
+        P::upload(ctx, std::span<const int>(ids), id.view());
+        P::upload(ctx, std::span<const int>(targets), target.view());
+        P::embed(ctx, Tb.m().as_const(), id.view(), X.m(), T(12));
+        P::embed_backward(ctx, DX.m().as_const().first_cols(h), id.view(), DT.m(), T(12));
+        P::cross_entropy(ctx, L.m(), target.view(), T(0.125), losses.view());
+        std::vector<double> host(static_cast<std::size_t>(rows));
+        P::download(ctx, vwt::vector_view<const double, typename P::memory>(losses.view()), std::span<double>(host));
+        return outputs{X.get(), DT.get(), L.get(), host};
+    });
+}
+
+TEMPLATE_TEST_CASE("ops: qkv split and join, copy, fill, scale, sum of squares, AdamW", "[ops]", POLICIES) {
+    const int H = 6, Hkv = 2;
+    const index_t d = 4, rows = 3, cols = (H + 2 * Hkv) * d, n = 50;
+    const auto qkv = values(rows * cols, 33), p = values(n, 34), g = values(n, 35, 0.1), m0 = values(n, 36, 0.01);
+    auto v0 = values(n, 37, 0.01);
+    for (auto& x : v0) x = x * x;
+    against_oracle<TestType>([&]<class P>(typename P::context ctx) {
+        using T = typename P::compute_type;
+        const vwt::attention_shape<> shape{H, Hkv, vwt::extent<vwt::dynamic_extent>(d)};
+        on<P> QKV(ctx, qkv, rows, cols, 1), Q(ctx, values(rows * H * d, 38), rows, H * d), K(ctx, values(rows * Hkv * d, 39), rows, Hkv * d);
+        on<P> Vv(ctx, values(rows * Hkv * d, 40), rows, Hkv * d, 2), Back(ctx, values(rows * cols, 41), rows, cols);
+        P::split_qkv(ctx, QKV.m().as_const(), Q.m(), K.m(), Vv.m(), shape);
+        P::join_qkv(ctx, Q.m().as_const(), K.m().as_const(), Vv.m().as_const(), Back.m(), shape);
+        on<P> C(ctx, values(rows * cols, 42), rows, cols), F(ctx, values(rows * cols, 43), rows, cols, 3);
+        P::copy(ctx, QKV.m().as_const().cols_range(2, 9), C.m().cols_range(1, 8));
+        P::fill(ctx, F.m().cols_range(3, 5), T(-2.5));
+        on<P> Pm(ctx, p, 1, n), Gm(ctx, g, 1, n), M(ctx, m0, 1, n), Vm(ctx, v0, 1, n);
+        P::scale(ctx, Gm.v(), T(0.75));
+        typename P::template buffer<double> sq(1);
+        P::sum_squares(ctx, vwt::vector_view<const T, typename P::memory>(Gm.v()), sq.view());
+        P::adamw(ctx, Pm.v(), vwt::vector_view<const T, typename P::memory>(Gm.v()), M.v(), Vm.v(),
+                 vwt::adamw_update{0.9, 0.95, 1e-8, 0.999, 0.01, 0.3});
+        std::vector<double> host(1);
+        P::download(ctx, vwt::vector_view<const double, typename P::memory>(sq.view()), std::span<double>(host));
+        return outputs{Q.get(), K.get(), Vv.get(), Back.get(), C.get(), F.get(), Gm.get(), host, Pm.get(), M.get(), Vm.get()};
+    });
+    // join is split's inverse.
+    const auto ctx = context_of<TestType>(1);
+    on<TestType> QKV(ctx, qkv, rows, cols), Q(ctx, values(rows * H * d, 1), rows, H * d), K(ctx, values(rows * Hkv * d, 2), rows, Hkv * d);
+    on<TestType> Vv(ctx, values(rows * Hkv * d, 3), rows, Hkv * d), Back(ctx, values(rows * cols, 4), rows, cols);
+    const vwt::attention_shape<> shape{H, Hkv, vwt::extent<vwt::dynamic_extent>(d)};
+    TestType::split_qkv(ctx, QKV.m().as_const(), Q.m(), K.m(), Vv.m(), shape);
+    TestType::join_qkv(ctx, Q.m().as_const(), K.m().as_const(), Vv.m().as_const(), Back.m(), shape);
+    CHECK(Back.get() == QKV.get());
+}
+
+TEST_CASE("reference policy: new buffers hold NaN, bad ids are errors") {
+    const oracle::context ctx;
+    oracle::buffer<double> b(4);
+    std::vector<double> host(4);
+    oracle::download(ctx, vwt::vector_view<const double, oracle::memory>(b.view()), std::span<double>(host));
+    for (double x : host) CHECK(std::isnan(x));
+    oracle::buffer<double> table(6), x(6);
+    oracle::buffer<int> ids(2);
+    const std::vector<int> bad{0, 3};
+    oracle::upload(ctx, std::span<const int>(bad), ids.view());
+    CHECK_THROWS_WITH(oracle::embed(ctx, table.view().as_matrix(3, 2).as_const(), ids.view(), x.view().as_matrix(2, 3), 1.0),
+                      Catch::Contains("id outside the table"));
+}
