@@ -164,10 +164,11 @@ TEMPLATE_TEST_CASE("ops: RoPE at positions far from 0, and its inverse", "[ops]"
 }
 
 TEMPLATE_TEST_CASE("ops: causal attention with a past, GQA, and its backward", "[ops]", POLICIES) {
-    for (const auto& [H, Hkv] : std::vector<std::pair<int, int>>{{4, 4}, {6, 2}, {4, 1}})
+    for (const auto& heads : std::vector<std::pair<int, int>>{{4, 4}, {6, 2}, {4, 1}})
         for (const index_t past : {0, 3})
             for (const index_t T_q : {1, 7, 70})
                 for (const int threads : {1, 2}) {
+                    const int H = heads.first, Hkv = heads.second;  // not a structured binding: lambdas capture these
                     const index_t d = 8, n_ctx = past + T_q;
                     INFO("H " << H << " Hkv " << Hkv << " past " << past << " rows " << T_q << " threads " << threads);
                     const auto q = values(T_q * H * d, 15), k = values(n_ctx * Hkv * d, 16), v = values(n_ctx * Hkv * d, 17);

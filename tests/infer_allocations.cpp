@@ -9,6 +9,17 @@
 
 #include <vwt/vwt.hpp>
 
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+// LLVM's OpenMP runtime (libomp, what clang links) allocates its own bookkeeping in every parallel
+// region it forks; GNU's (libgomp) does not. vwt enters no OpenMP region with one thread.
+#if defined(KMP_VERSION_MAJOR)
+constexpr bool runtime_allocates_per_region = true;
+#else
+constexpr bool runtime_allocates_per_region = false;
+#endif
+
 namespace {
 std::atomic<long> news{0}, mallocs{0};
 }  // namespace
@@ -87,7 +98,7 @@ TEST_CASE("32 decode steps of a session perform no heap allocation") {
             s.append(ctx, std::span<const int>(&token, 1));
         }
         CHECK(news.load() - news_before == 0);
-        CHECK(mallocs.load() - mallocs_before == 0);
+        if (threads == 1 || !runtime_allocates_per_region) CHECK(mallocs.load() - mallocs_before == 0);
         CHECK(s.length() == 5 + 1 + 32);
     }
 }
@@ -96,7 +107,7 @@ TEST_CASE("the counters count") {
     const long before = news.load(), malloc_before = mallocs.load();
     auto* v = new std::vector<int>(100);
     delete v;
-    void* raw = std::malloc(10);
+    void* volatile raw = std::malloc(10);  // volatile: clang removes an unused malloc/free pair
     std::free(raw);
     CHECK(news.load() - before >= 2);
     CHECK(mallocs.load() - malloc_before >= 1);

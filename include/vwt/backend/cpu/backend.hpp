@@ -118,11 +118,11 @@ struct backend {
         const index_t n = w.rows();
         const int threads = std::max(1, std::min<int>(ctx.threads, static_cast<int>((n + 63) / 64)));
         const index_t chunk = ((n + threads - 1) / threads + 15) / 16 * 16;
-VWT_OMP(parallel for num_threads(threads) schedule(static) if (threads > 1))
-        for (int t = 0; t < threads; ++t) {
+        parallel_for(threads, threads, [&](index_t t_) {
+            const auto t = static_cast<int>(t_);
             const index_t begin = t * chunk;
             const index_t end = std::min(n, begin + chunk);
-            if (begin >= end) continue;
+            if (begin >= end) return;
             auto out = eigen(y.cols_range(begin, end));
             const auto lhs = eigen(x);
             const auto rhs = eigen(w.rows_range(begin, end));
@@ -134,7 +134,7 @@ VWT_OMP(parallel for num_threads(threads) schedule(static) if (threads > 1))
                     const index_t kk = std::min(width, x.cols() - k0);
                     out.noalias() += alpha * (lhs.middleCols(k0, kk) * rhs.middleCols(k0, kk).transpose());
                 }
-        }
+        });
     }
 
     // y = alpha * x . w + beta * y, w [k x n] row-major: the input gradient of a Linear layer
@@ -144,14 +144,14 @@ VWT_OMP(parallel for num_threads(threads) schedule(static) if (threads > 1))
         const index_t m = x.rows();
         const int threads = std::max(1, std::min<int>(ctx.threads, static_cast<int>((m + 15) / 16)));
         const index_t chunk = (m + threads - 1) / threads;
-VWT_OMP(parallel for num_threads(threads) schedule(static) if (threads > 1))
-        for (int t = 0; t < threads; ++t) {
+        parallel_for(threads, threads, [&](index_t t_) {
+            const auto t = static_cast<int>(t_);
             const index_t begin = t * chunk, end = std::min(m, begin + chunk);
-            if (begin >= end) continue;
+            if (begin >= end) return;
             auto out = eigen(y.rows_range(begin, end));
             scale_output(out, beta);
             out.noalias() += alpha * (eigen(x.rows_range(begin, end)) * eigen(w));
-        }
+        });
     }
 
     // y = alpha * a^T . b + beta * y, a [m x n], b [m x k], y [n x k]: the weight gradient of a
@@ -163,14 +163,14 @@ VWT_OMP(parallel for num_threads(threads) schedule(static) if (threads > 1))
         const index_t n = a.cols();
         const int threads = std::max(1, std::min<int>(ctx.threads, static_cast<int>((n + 15) / 16)));
         const index_t chunk = ((n + threads - 1) / threads + 7) / 8 * 8;
-VWT_OMP(parallel for num_threads(threads) schedule(static) if (threads > 1))
-        for (int t = 0; t < threads; ++t) {
+        parallel_for(threads, threads, [&](index_t t_) {
+            const auto t = static_cast<int>(t_);
             const index_t begin = t * chunk, end = std::min(n, begin + chunk);
-            if (begin >= end) continue;
+            if (begin >= end) return;
             auto out = eigen(y.rows_range(begin, end));
             scale_output(out, beta);
             out.noalias() += alpha * (eigen(a.cols_range(begin, end)).transpose() * eigen(b));
-        }
+        });
     }
 
     // ---- RMSNorm: y = x / sqrt(mean(x^2) + eps) * g, row by row, over all x.cols() coordinates.
@@ -179,12 +179,11 @@ VWT_OMP(parallel for num_threads(threads) schedule(static) if (threads > 1))
     static void rmsnorm(const context& ctx, mat<const T, C> x, vec<const Weight> gain, mat<T, C> y, T eps) {
         using array = Eigen::Array<T, detail::eigen_extent(C), 1>;
         const index_t n = x.cols();
-VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads > 1 && x.rows() > 1))
-        for (index_t r = 0; r < x.rows(); ++r) {
+        parallel_for(ctx.threads, x.rows(), [&](index_t r) {
             const Eigen::Map<const array> in(x.row(r), n), g(gain.data(), n);
             const T inv = T(1) / std::sqrt(in.square().sum() / static_cast<T>(n) + eps);
             Eigen::Map<array>(y.row(r), n) = in * inv * g;
-        }
+        });
     }
     static void rmsnorm(const context& ctx, mat<const T> x, vec<const Weight> gain, mat<T> y, T eps) {
         rmsnorm<dynamic_extent>(ctx, x, gain, y, eps);
@@ -204,8 +203,8 @@ VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads >
         const int threads = backward_threads(ctx, x.rows());
         check_size(rmsnorm_backward_scratch(ctx, x.rows(), n), scratch.size(), "rmsnorm_backward scratch", true);
         const index_t chunk = (x.rows() + threads - 1) / threads;
-VWT_OMP(parallel for num_threads(threads) schedule(static) if (threads > 1))
-        for (int t = 0; t < threads; ++t) {
+        parallel_for(threads, threads, [&](index_t t_) {
+            const auto t = static_cast<int>(t_);
             const Eigen::Map<const array> g(gain.data(), n);
             Eigen::Map<array> partial(scratch.data() + t * n, n);
             partial.setZero();
@@ -217,7 +216,7 @@ VWT_OMP(parallel for num_threads(threads) schedule(static) if (threads > 1))
                 partial += d * in * inv;
                 out += inv * d * g - in * (inv * inv * inv * dot / static_cast<T>(n));
             }
-        }
+        });
         Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> dg(dgain.data(), n);
         for (int t = 0; t < threads; ++t) dg += Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(scratch.data() + t * n, n);
     }
@@ -235,8 +234,7 @@ VWT_OMP(parallel for num_threads(threads) schedule(static) if (threads > 1))
         const int d = static_cast<int>(layout.head_dim.value()), half = d / 2;
         check_size(x.rows(), positions.size(), "rope positions");
         const double sign = inverse ? -1.0 : 1.0;
-VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads > 1 && x.rows() > 1))
-        for (index_t r = 0; r < x.rows(); ++r) {
+        parallel_for(ctx.threads, x.rows(), [&](index_t r) {
             T* row = x.row(r);
             for (int j = 0; j < half; ++j) {
                 const double angle = sign * positions[r] * std::pow(theta, -2.0 * j / d);
@@ -250,7 +248,7 @@ VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads >
                     }
                 }
             }
-        }
+        });
     }
 
     // ---- causal attention of one sequence
@@ -276,8 +274,8 @@ VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads >
         if (T_q == 1) {  // decode: a dot product and an update per key, no product temporaries
             using vector = Eigen::Matrix<T, detail::eigen_extent(D), 1>;
             using array = Eigen::Array<T, Eigen::Dynamic, 1>;
-VWT_OMP(parallel for num_threads(threads) schedule(static) if (threads > 1))
-            for (int t = 0; t < threads; ++t) {
+            parallel_for(threads, threads, [&](index_t t_) {
+                const auto t = static_cast<int>(t_);
                 Eigen::Map<array> p(scratch.data() + static_cast<index_t>(t) * n_ctx, n_ctx);
                 for (int h = t; h < shape.heads; h += threads) {
                     const index_t kv = static_cast<index_t>(h / group) * d;
@@ -289,11 +287,11 @@ VWT_OMP(parallel for num_threads(threads) schedule(static) if (threads > 1))
                     o.setZero();
                     for (index_t k = 0; k < n_ctx; ++k) o += p(k) * Eigen::Map<const vector>(values.row(k) + kv, d);
                 }
-            }
+            });
             return;
         }
-VWT_OMP(parallel for num_threads(threads) schedule(static) if (threads > 1))
-        for (int t = 0; t < threads; ++t) {
+        parallel_for(threads, threads, [&](index_t t_) {
+            const auto t = static_cast<int>(t_);
             T* tile_memory = scratch.data() + static_cast<index_t>(t) * tile * n_ctx;
             for (int h = t; h < shape.heads; h += threads) {
                 const int g = h / group;
@@ -317,7 +315,7 @@ VWT_OMP(parallel for num_threads(threads) schedule(static) if (threads > 1))
                     O.noalias() = scores * V.topRows(visible);
                 }
             }
-        }
+        });
     }
 
     // Scratch of attention_backward(): two [tile x n] tiles (probabilities and their gradient) per thread.
@@ -337,8 +335,8 @@ VWT_OMP(parallel for num_threads(threads) schedule(static) if (threads > 1))
         const int group = shape.heads / shape.kv_heads;
         const index_t tile = std::min(attention_tile, std::max<index_t>(n, 1));
         const int threads = scratch_threads(std::min(ctx.threads, shape.kv_heads), 2 * tile * n, scratch, "attention_backward");
-VWT_OMP(parallel for num_threads(threads) schedule(static) if (threads > 1))
-        for (int t = 0; t < threads; ++t) {
+        parallel_for(threads, threads, [&](index_t t_) {
+            const auto t = static_cast<int>(t_);
             T* p_memory = scratch.data() + static_cast<index_t>(t) * 2 * tile * n;
             T* dp_memory = p_memory + tile * n;
             for (int g = t; g < shape.kv_heads; g += threads) {
@@ -375,7 +373,7 @@ VWT_OMP(parallel for num_threads(threads) schedule(static) if (threads > 1))
                         dK.topRows(visible).noalias() += dp.transpose() * Q;
                     }
             }
-        }
+        });
     }
 
     // ---- SwiGLU: out[:, j] = u[:, j] * silu(g[:, j]); split: u is the first `inter` columns of
@@ -383,8 +381,7 @@ VWT_OMP(parallel for num_threads(threads) schedule(static) if (threads > 1))
     static void swiglu(const context& ctx, mat<const T> fused, mat<T> out, index_t inter, swiglu_layout layout) {
         using array = Eigen::Array<T, Eigen::Dynamic, 1>;
         using strided = Eigen::Map<const array, Eigen::Unaligned, Eigen::InnerStride<2>>;
-VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads > 1 && fused.rows() > 1))
-        for (index_t r = 0; r < fused.rows(); ++r) {
+        parallel_for(ctx.threads, fused.rows(), [&](index_t r) {
             Eigen::Map<array> o(out.row(r), inter);
             if (layout == swiglu_layout::interleaved) {
                 const strided u(fused.row(r), inter), g(fused.row(r) + 1, inter);
@@ -393,7 +390,7 @@ VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads >
                 const Eigen::Map<const array> u(fused.row(r), inter), g(fused.row(r) + inter, inter);
                 o = u * g / (T(1) + (-g).exp());
             }
-        }
+        });
     }
     static void swiglu_backward(const context& ctx, mat<const T> fused, mat<const T> d_out, mat<T> d_fused, index_t inter,
                                 swiglu_layout layout) {
@@ -402,8 +399,7 @@ VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads >
         using strided = Eigen::Map<array, Eigen::Unaligned, Eigen::InnerStride<>>;
         const bool interleaved = layout == swiglu_layout::interleaved;
         const index_t step = interleaved ? 2 : 1, gate = interleaved ? 1 : inter;
-VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads > 1 && fused.rows() > 1))
-        for (index_t r = 0; r < fused.rows(); ++r) {
+        parallel_for(ctx.threads, fused.rows(), [&](index_t r) {
             const cstrided u(fused.row(r), inter, Eigen::InnerStride<>(step)), g(fused.row(r) + gate, inter, Eigen::InnerStride<>(step));
             strided du(d_fused.row(r), inter, Eigen::InnerStride<>(step)), dg(d_fused.row(r) + gate, inter, Eigen::InnerStride<>(step));
             const Eigen::Map<const array> d(d_out.row(r), inter);
@@ -412,7 +408,7 @@ VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads >
                 du(j) = d(j) * g(j) * sig;
                 dg(j) = d(j) * u(j) * sig * (T(1) + g(j) * (T(1) - sig));
             }
-        }
+        });
     }
 
     // ---- embedding: rows of x = scale * table[ids] (columns [0, table.cols)), the rest zero.
@@ -441,8 +437,7 @@ VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads >
         using array = Eigen::Array<T, Eigen::Dynamic, 1>;
         check_size(logits.rows(), targets.size(), "cross_entropy targets");
         check_size(logits.rows(), row_losses.size(), "cross_entropy losses");
-VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads > 1 && logits.rows() > 1))
-        for (index_t r = 0; r < logits.rows(); ++r) {
+        parallel_for(ctx.threads, logits.rows(), [&](index_t r) {
             Eigen::Map<array> z(logits.row(r), logits.cols());
             const T m = z.maxCoeff(), target = z(targets[r]);
             z = (z - m).exp();
@@ -450,7 +445,7 @@ VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads >
             row_losses[r] = std::log(static_cast<double>(sum)) + static_cast<double>(m - target);
             z *= grad_scale / sum;
             z(targets[r]) -= grad_scale;
-        }
+        });
     }
 
     // ---- layout moves. The fused qkv rows hold, per kv group, G query heads, its key, its value.
@@ -501,15 +496,25 @@ VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads >
                 c2 = static_cast<T>(1 - u.beta2), decay = static_cast<T>(u.decay), step = static_cast<T>(u.step_size),
                 root = static_cast<T>(u.root_bias2), eps = static_cast<T>(u.eps);
         const index_t n = params.size();
-VWT_OMP(parallel for num_threads(ctx.threads) schedule(static) if (ctx.threads > 1 && n > 65536))
-        for (index_t i = 0; i < n; ++i) {
+        parallel_for((n > 65536) ? ctx.threads : 1, n, [&](index_t i) {
             m[i] = b1 * m[i] + c1 * grads[i];
             v[i] = b2 * v[i] + c2 * grads[i] * grads[i];
             params[i] = params[i] * decay - step * m[i] / (std::sqrt(v[i]) / root + eps);
-        }
+        });
     }
 
 private:
+    // f(i) for i in [0, n), split statically over `threads` OpenMP threads; with one thread (or one
+    // item) on the calling thread, without entering the OpenMP runtime at all.
+    template <class F>
+    static void parallel_for(int threads, index_t n, F&& f) {
+        if (threads <= 1 || n <= 1) {
+            for (index_t i = 0; i < n; ++i) f(i);
+            return;
+        }
+        VWT_OMP(parallel for num_threads(threads) schedule(static))
+        for (index_t i = 0; i < n; ++i) f(i);
+    }
     static int scratch_threads(int wanted, index_t per_thread, vec<T> scratch, const char* op) {
         const index_t fit = per_thread > 0 ? scratch.size() / per_thread : wanted;
         if (fit < 1) vwt::detail::fail("cpu backend: ", op, ": scratch of ", scratch.size(), " elements, ", per_thread, " needed");
