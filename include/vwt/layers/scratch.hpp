@@ -24,7 +24,7 @@ struct scratch_request {
     index_t rows = 0;          // rows of the residual buffer (tokens of the batch)
     index_t context = 0;       // the longest key sequence an attention call sees
     index_t query_rows = 0;    // the most rows one attention call has (a sequence's new tokens)
-    bool backward = false;     // also the gradient scratch of training
+    bool backward = false;     // training: the gradient scratch too, and what `saved` holds not here
 };
 
 // Sizes (in compute-type elements) of every scratch view for a schedule; `carve` lays them out.
@@ -36,9 +36,12 @@ public:
         const index_t widest = std::max<index_t>(s.residual_width, w);
         sizes_[normed] = R * widest;
         sizes_[qkv] = R * (H + 2 * Hkv) * d;
-        sizes_[q] = sizes_[attn] = R * H * d;
-        sizes_[fused] = R * 8 * w;
         sizes_[act] = R * 4 * w;
+        // Training keeps q, the attention output and the fused MLP input in its saved activations.
+        if (!r.backward) {
+            sizes_[q] = sizes_[attn] = R * H * d;
+            sizes_[fused] = R * 8 * w;
+        }
         for (int i = 0; i < s.layers(); ++i) {
             const attention_shape<> shape{static_cast<int>(H), static_cast<int>(Hkv), extent<dynamic_extent>(s.head_dim(i))};
             sizes_[attention] = std::max(sizes_[attention], B::attention_scratch(ctx, r.query_rows, r.context, shape));

@@ -271,21 +271,21 @@ struct backend {
         const index_t tile = std::min(attention_tile, std::max<index_t>(T_q, 1));
         // Heads are independent, so a smaller scratch only means fewer threads, never other results.
         const int threads = scratch_threads(std::min(ctx.threads, shape.heads), tile * n_ctx, scratch, "attention");
-        if (T_q == 1) {  // decode: a dot product and an update per key, no product temporaries
+        if (T_q == 1) {  // decode: two matrix-vector products per head (Eigen's gemv needs no temporaries)
             using vector = Eigen::Matrix<T, detail::eigen_extent(D), 1>;
-            using array = Eigen::Array<T, Eigen::Dynamic, 1>;
+            using column = Eigen::Matrix<T, Eigen::Dynamic, 1>;
             parallel_for(threads, threads, [&](index_t t_) {
                 const auto t = static_cast<int>(t_);
-                Eigen::Map<array> p(scratch.data() + static_cast<index_t>(t) * n_ctx, n_ctx);
+                Eigen::Map<column> p(scratch.data() + static_cast<index_t>(t) * n_ctx, n_ctx);
                 for (int h = t; h < shape.heads; h += threads) {
                     const index_t kv = static_cast<index_t>(h / group) * d;
+                    const head_map K(keys.data() + kv, n_ctx, d, Eigen::OuterStride<>(keys.stride()));
+                    const head_map V(values.data() + kv, n_ctx, d, Eigen::OuterStride<>(values.stride()));
                     const Eigen::Map<const vector> query(q.row(0) + h * d, d);
-                    for (index_t k = 0; k < n_ctx; ++k) p(k) = Eigen::Map<const vector>(keys.row(k) + kv, d).dot(query) * scale;
-                    p = (p - p.maxCoeff()).exp();
+                    p.noalias() = K * query;  // (K q) * s would evaluate the product into a temporary
+                    p.array() = ((p.array() - p.maxCoeff()) * scale).exp();
                     p /= p.sum();
-                    Eigen::Map<vector> o(out.row(0) + h * d, d);
-                    o.setZero();
-                    for (index_t k = 0; k < n_ctx; ++k) o += p(k) * Eigen::Map<const vector>(values.row(k) + kv, d);
+                    Eigen::Map<vector>(out.row(0) + h * d, d).noalias() = V.transpose() * p;
                 }
             });
             return;
