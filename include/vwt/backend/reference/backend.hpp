@@ -79,32 +79,20 @@ struct backend {
     // y = alpha x w^T + beta y
     static void matmul_nt(const context&, mat<const T> x, mat<const Weight> w, mat<T> y, T alpha = T(1), T beta = T(0)) {
         require(x.cols() == w.cols() && y.rows() == x.rows() && y.cols() == w.rows(), "matmul_nt: shapes");
-        for (index_t i = 0; i < y.rows(); ++i)
-            for (index_t j = 0; j < y.cols(); ++j) {
-                double sum = 0;
-                for (index_t k = 0; k < x.cols(); ++k) sum += double(at(x, i, k)) * double(at(w, j, k));
-                set_output(at(y, i, j), sum, alpha, beta);
-            }
+        product(y, x.cols(), [&](index_t i, index_t k) { return at(x, i, k); }, [&](index_t k, index_t j) { return at(w, j, k); },
+                alpha, beta);
     }
     // y = alpha x w + beta y
     static void matmul_nn(const context&, mat<const T> x, mat<const Weight> w, mat<T> y, T alpha = T(1), T beta = T(0)) {
         require(x.cols() == w.rows() && y.rows() == x.rows() && y.cols() == w.cols(), "matmul_nn: shapes");
-        for (index_t i = 0; i < y.rows(); ++i)
-            for (index_t j = 0; j < y.cols(); ++j) {
-                double sum = 0;
-                for (index_t k = 0; k < x.cols(); ++k) sum += double(at(x, i, k)) * double(at(w, k, j));
-                set_output(at(y, i, j), sum, alpha, beta);
-            }
+        product(y, x.cols(), [&](index_t i, index_t k) { return at(x, i, k); }, [&](index_t k, index_t j) { return at(w, k, j); },
+                alpha, beta);
     }
     // y = alpha a^T b + beta y
     static void matmul_tn(const context&, mat<const T> a, mat<const T> b, mat<T> y, T alpha = T(1), T beta = T(0)) {
         require(a.rows() == b.rows() && y.rows() == a.cols() && y.cols() == b.cols(), "matmul_tn: shapes");
-        for (index_t i = 0; i < y.rows(); ++i)
-            for (index_t j = 0; j < y.cols(); ++j) {
-                double sum = 0;
-                for (index_t k = 0; k < a.rows(); ++k) sum += double(at(a, k, i)) * double(at(b, k, j));
-                set_output(at(y, i, j), sum, alpha, beta);
-            }
+        product(y, a.rows(), [&](index_t i, index_t k) { return at(a, k, i); }, [&](index_t k, index_t j) { return at(b, k, j); },
+                alpha, beta);
     }
 
     // y = x / sqrt(mean(x^2) + eps) * g
@@ -342,8 +330,15 @@ private:
     static U& at(const mat<U, C>& v, index_t r, index_t c) {
         return ptr(v)[r * v.stride() + c];
     }
-    static void set_output(T& y, double sum, T alpha, T beta) {
-        y = T(double(alpha) * sum + (beta == T(0) ? 0.0 : double(beta) * double(y)));
+    // y(i, j) = alpha * sum_k lhs(i, k) rhs(k, j) + beta * y(i, j), in double; beta 0 never reads y.
+    template <class Lhs, class Rhs>
+    static void product(mat<T> y, index_t depth, Lhs lhs, Rhs rhs, T alpha, T beta) {
+        for (index_t i = 0; i < y.rows(); ++i)
+            for (index_t j = 0; j < y.cols(); ++j) {
+                double sum = 0;
+                for (index_t k = 0; k < depth; ++k) sum += double(lhs(i, k)) * double(rhs(k, j));
+                at(y, i, j) = T(double(alpha) * sum + (beta == T(0) ? 0.0 : double(beta) * double(at(y, i, j))));
+            }
     }
     template <index_t C>
     static double inverse_rms(mat<const T, C> x, index_t r, T eps) {
