@@ -1,6 +1,6 @@
 // The head: the final RMSNorm over the last layer's width w_L, the resize to the unembedding width
 // h (columns [w_L, h) straight from the residual stream: move_up for every model), lm_head / m_width,
-// and for training the softmax cross-entropy; forward and backward side by side.
+// and the softmax cross-entropy of training and validation; forward and backward side by side.
 #pragma once
 
 #include <algorithm>
@@ -46,6 +46,13 @@ struct head {
         if (!from_stream.empty())
             B::copy(ctx, x.cols_range(from_stream.begin, from_stream.end), head_in.cols_range(from_stream.begin, from_stream.end));
         B::matmul_nt(ctx, head_in.first_cols(hidden), weights.lm_head, logits, inv_width);
+    }
+
+    // The next-token cross-entropy of each row: row_losses[r] = -log softmax(logits[r])[targets[r]]
+    // (in double), and logits replaced by grad_scale times their gradient (softmax - onehot).
+    void loss(const typename B::context& ctx, mat<T> logits, vector_view<const int, M> targets, T grad_scale,
+              vector_view<double, M> row_losses) const {
+        B::cross_entropy(ctx, logits, targets, grad_scale, row_losses);
     }
 
     // From d_logits (the gradient of the loss by the logits): lm_head and ln_f gradients into

@@ -141,7 +141,7 @@ double loss_and_gradient(const typename Model::context& ctx, const Model& m, con
         b.forward(ctx, x, seqs, positions, kv_of, ws.scratch(), &kept);
     });
     m.head_layer().forward(ctx, x.all().as_const(), ws.head_in(), ws.logits());
-    B::cross_entropy(ctx, ws.logits(), targets, T(1.0 / static_cast<double>(rows)), ws.losses());  // logits -> d(loss)/d(logits)
+    m.head_layer().loss(ctx, ws.logits(), targets, T(1.0 / static_cast<double>(rows)), ws.losses());  // logits -> d(loss)/d(logits)
     B::download(ctx, vector_view<const double, typename B::memory>(ws.losses()), ws.host_losses());
     double loss = 0;
     for (double l : ws.host_losses()) loss += l;

@@ -68,7 +68,7 @@ double validation_loss(const typename Model::context& ctx, const Model& m, const
         const sequence_input<B> in{&cache, x};
         const auto logits = m.forward(ctx, ws, std::span<const sequence_input<B>>(&in, 1), logits_mode::all);
         B::upload(ctx, std::span<const int>(y), targets.view());
-        B::cross_entropy(ctx, logits, targets.view(), T(0), losses.view());
+        m.head_layer().loss(ctx, logits, targets.view(), T(0), losses.view());
         B::download(ctx, vector_view<const double, typename B::memory>(losses.view()), std::span<double>(host_losses));
         double window = 0;
         for (double l : host_losses) window += l;
