@@ -7,7 +7,7 @@
 #include <vwt/accounting.hpp>
 #include <vwt/io/config.hpp>
 #include <vwt/io/json.hpp>
-#include <vwt/parameters.hpp>
+#include <vwt/params/layout.hpp>
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     try {
