@@ -1,19 +1,40 @@
 // Every op of the backend_policy concept, forward and backward, on every policy, against the
 // reference policy in double precision (the oracle): odd sizes, one row, inner dimensions on both
 // sides of the CPU's k-panel split, strided views, GQA groups, positions far from 0, a past in
-// the KV cache, static extents. A CUDA policy joins the list of policies below.
+// the KV cache, static extents. The CUDA policy's kernels run here through its CPU emulation;
+// built with VWT_TEST_CUDA (target cuda_ops), the file tests the CUDA policy itself on a GPU and
+// skips each case with a message where there is none.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <random>
 #include <vector>
 
+#include <vwt/backend/cuda/backend.hpp>
 #include <vwt/vwt.hpp>
 
 namespace {
 
 using oracle = vwt::reference::backend<double>;
 using vwt::index_t;
+
+// Whether policy B can run on this machine (the CUDA policy needs a GPU).
+template <class B>
+bool runs_here() {
+    if constexpr (requires { B::context::available(); }) return B::context::available();
+    else return true;
+}
+#define SKIP_WITHOUT_DEVICE()                                   \
+    if (!runs_here<TestType>()) {                               \
+        WARN("no CUDA device on this machine: case skipped");   \
+        return;                                                 \
+    }
+
+// Whether a policy's context has a thread count (the loops over 1 and 2 threads repeat otherwise).
+template <class B>
+constexpr bool has_threads() {
+    return requires(typename B::context c) { c.threads; };
+}
 
 template <class B>
 typename B::context context_of(int threads) {
@@ -90,12 +111,18 @@ using outputs = std::vector<std::vector<double>>;
 
 }  // namespace
 
-#define POLICIES vwt::cpu::backend<float>, vwt::cpu::backend<double>, vwt::reference::backend<float>
+#if defined(VWT_TEST_CUDA)
+#define POLICIES vwt::cuda::backend<float>
+#else
+#define POLICIES vwt::cpu::backend<float>, vwt::cpu::backend<double>, vwt::reference::backend<float>, vwt::cuda::emulated_backend<float>
+#endif
 
 TEMPLATE_TEST_CASE("ops: the three matrix products", "[ops]", POLICIES) {
+    SKIP_WITHOUT_DEVICE();
     for (const index_t k : {1, 17, 768, 769})
         for (const index_t m : {1, 7, 65})
             for (const int threads : {1, 2}) {
+                if (threads > 1 && !has_threads<TestType>()) continue;
                 INFO("k " << k << " m " << m << " threads " << threads);
                 const index_t n = 37;
                 const auto x = values(m * k, 1), w = values(n * k, 2), y0 = values(m * n, 3), wn = values(n * k, 4), a = values(m * n, 5);
@@ -113,8 +140,10 @@ TEMPLATE_TEST_CASE("ops: the three matrix products", "[ops]", POLICIES) {
 }
 
 TEMPLATE_TEST_CASE("ops: rmsnorm and its backward, dynamic and static extents", "[ops]", POLICIES) {
+    SKIP_WITHOUT_DEVICE();
     for (const index_t rows : {1, 5, 40})
         for (const int threads : {1, 2}) {
+            if (threads > 1 && !has_threads<TestType>()) continue;
             INFO("rows " << rows << " threads " << threads);
             constexpr index_t n = 24;
             const auto x = values(rows * n, 7, 3.0), g = values(n, 8), dy = values(rows * n, 9), dx0 = values(rows * n, 10),
@@ -137,6 +166,7 @@ TEMPLATE_TEST_CASE("ops: rmsnorm and its backward, dynamic and static extents", 
 }
 
 TEMPLATE_TEST_CASE("ops: RoPE at positions far from 0, and its inverse", "[ops]", POLICIES) {
+    SKIP_WITHOUT_DEVICE();
     // qkv layout of H = 6 query heads over Hkv = 2 kv groups (G = 3), head dim 10: per group
     // 3 queries, 1 key (rotated), 1 value (left alone).
     const int H = 6, Hkv = 2, d = 10, G = H / Hkv;
@@ -164,10 +194,12 @@ TEMPLATE_TEST_CASE("ops: RoPE at positions far from 0, and its inverse", "[ops]"
 }
 
 TEMPLATE_TEST_CASE("ops: causal attention with a past, GQA, and its backward", "[ops]", POLICIES) {
+    SKIP_WITHOUT_DEVICE();
     for (const auto& heads : std::vector<std::pair<int, int>>{{4, 4}, {6, 2}, {4, 1}})
         for (const index_t past : {0, 3})
             for (const index_t T_q : {1, 7, 70})
                 for (const int threads : {1, 2}) {
+                    if (threads > 1 && !has_threads<TestType>()) continue;
                     const int H = heads.first, Hkv = heads.second;  // not a structured binding: lambdas capture these
                     const index_t d = 8, n_ctx = past + T_q;
                     INFO("H " << H << " Hkv " << Hkv << " past " << past << " rows " << T_q << " threads " << threads);
@@ -203,6 +235,7 @@ TEMPLATE_TEST_CASE("ops: causal attention with a past, GQA, and its backward", "
 }
 
 TEMPLATE_TEST_CASE("ops: SwiGLU in both layouts and its backward", "[ops]", POLICIES) {
+    SKIP_WITHOUT_DEVICE();
     for (const auto layout : {vwt::swiglu_layout::split, vwt::swiglu_layout::interleaved})
         for (const index_t rows : {1, 9}) {
             const index_t inter = 13;
@@ -218,6 +251,7 @@ TEMPLATE_TEST_CASE("ops: SwiGLU in both layouts and its backward", "[ops]", POLI
 }
 
 TEMPLATE_TEST_CASE("ops: embedding, its backward with repeated ids, cross-entropy", "[ops]", POLICIES) {
+    SKIP_WITHOUT_DEVICE();
     const index_t V = 11, h = 6, W = 9, rows = 8;
     const std::vector<int> ids{3, 0, 10, 3, 3, 7, 0, 1}, targets{1, 10, 0, 4, 4, 2, 9, 3};
     const auto table = values(V * h, 28), dx = values(rows * W, 29), logits = values(rows * V, 30, 4.0), t0 = values(V * h, 31);
@@ -239,6 +273,7 @@ TEMPLATE_TEST_CASE("ops: embedding, its backward with repeated ids, cross-entrop
 }
 
 TEMPLATE_TEST_CASE("ops: qkv split and join, copy, fill, scale, sum of squares, AdamW", "[ops]", POLICIES) {
+    SKIP_WITHOUT_DEVICE();
     const int H = 6, Hkv = 2;
     const index_t d = 4, rows = 3, cols = (H + 2 * Hkv) * d, n = 50;
     const auto qkv = values(rows * cols, 33), p = values(n, 34), g = values(n, 35, 0.1), m0 = values(n, 36, 0.01);
@@ -286,4 +321,33 @@ TEST_CASE("reference policy: new buffers hold NaN, bad ids are errors") {
     oracle::upload(ctx, std::span<const int>(bad), ids.view());
     CHECK_THROWS_WITH(oracle::embed(ctx, table.view().as_matrix(3, 2).as_const(), ids.view(), x.view().as_matrix(2, 3), 1.0),
                       Catch::Contains("id outside the table"));
+}
+
+#if defined(VWT_TEST_CUDA)
+#define CUDA_POLICY vwt::cuda::backend<float>
+#else
+#define CUDA_POLICY vwt::cuda::emulated_backend<float>
+#endif
+TEMPLATE_TEST_CASE("cuda policy: a bad id or target is reported at the next wait, memory exhaustion is an error", "[ops]", CUDA_POLICY) {
+    SKIP_WITHOUT_DEVICE();
+    using B = TestType;
+    const typename B::context ctx;
+    typename B::template buffer<float> table(6), x(6), logits(8);
+    typename B::template buffer<int> ids(2);
+    typename B::template buffer<double> losses(2);
+    const std::vector<int> bad{0, 3};
+    B::upload(ctx, std::span<const int>(bad), ids.view());
+    B::embed(ctx, table.view().as_matrix(3, 2).as_const(), ids.view(), x.view().as_matrix(2, 3), 1.0f);
+    CHECK_THROWS_WITH(ctx.synchronize(), Catch::Contains("embed: a token id outside the embedding table"));
+    ctx.synchronize();  // reported once
+    B::cross_entropy(ctx, logits.view().as_matrix(2, 3), ids.view(), 1.0f, losses.view());
+    std::vector<double> host(2);
+    CHECK_THROWS_WITH(B::download(ctx, vwt::vector_view<const double, typename B::memory>(losses.view()), std::span<double>(host)),
+                      Catch::Contains("cross_entropy: a target outside the vocabulary"));
+    CHECK_THROWS_WITH(typename B::template buffer<float>(vwt::index_t(1) << 50), Catch::Contains("cannot allocate"));
+    const vwt::attention_shape<> wide_heads{2, 1, vwt::extent<vwt::dynamic_extent>(300)};
+    typename B::template buffer<float> big(600);
+    CHECK_THROWS_WITH(B::attention(ctx, big.view().as_matrix(1, 600).as_const(), big.view().as_matrix(2, 300).as_const(),
+                                   big.view().as_matrix(2, 300).as_const(), big.view().as_matrix(1, 600), wide_heads, 1.0f, big.view()),
+                      Catch::Contains("head dims up to 256"));
 }
