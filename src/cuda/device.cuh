@@ -135,7 +135,7 @@ launch_status launch(void (*kernel)(P...), grid3 grid, unsigned block, stream_t,
     if (block == 0 || block % 32 != 0) throw std::logic_error("emulated launch: block size not a multiple of 32");
     constexpr std::size_t stack_bytes = 256 * 1024;
     auto w = std::make_unique<emu::warp_fibers>();
-    std::vector<char> stacks(32 * stack_bytes);
+    const std::unique_ptr<char[]> stacks(new char[32 * stack_bytes]);
     w->block_dim = block;
     w->grid = grid;
     auto body = [&] {
@@ -153,7 +153,7 @@ launch_status launch(void (*kernel)(P...), grid3 grid, unsigned block, stream_t,
     w->body = [](void* c) { (*static_cast<decltype(body)*>(c))(); };
     for (unsigned lane = 0; lane < 32; ++lane) {
         getcontext(&w->fibers[lane]);
-        w->fibers[lane].uc_stack.ss_sp = stacks.data() + lane * stack_bytes;
+        w->fibers[lane].uc_stack.ss_sp = stacks.get() + lane * stack_bytes;
         w->fibers[lane].uc_stack.ss_size = stack_bytes;
         w->fibers[lane].uc_link = nullptr;
         makecontext(&w->fibers[lane], emu::lane_entry, 0);

@@ -24,8 +24,9 @@ template <device_kind K>
 class basic_context {
 public:
     using api = device_api<K>;
-    // A new stream (and cuBLASLt handle, workspace) on options.device.
-    explicit basic_context(const context_options& options = {}) : state_(api::create(options)), options_(options) {}
+    // A new stream (and cuBLASLt handle, workspace) on options.device (by default device 0).
+    explicit basic_context(const context_options& options) : state_(api::create(options)), options_(options) {}
+    basic_context() : basic_context(context_options{}) {}
     const typename api::state& state() const { return *state_; }
     const context_options& options() const { return options_; }
     // Waits for every op enqueued so far; raises what kernels reported.
