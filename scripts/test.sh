@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets up, then builds and runs every test twice: with g++ and with clang++, both with
+# Sets up, then builds and runs every test twice: with g++ (and the CUDA component where nvcc is
+# found) and with clang++, both with
 # -Wall -Wextra -Wpedantic -Werror, then the I/O, model and CLI tests again under ASan + UBSan, then
 # the libFuzzer targets (scripts/fuzz.sh).
 # The CTest suite includes the PyTorch parity tests and the install + find_package consumer.
@@ -7,10 +8,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 jobs="$(nproc)"
+# The CUDA component (vwt::cuda, its tests, `vwt --device cuda`) is built in the g++ stage when
+# nvcc is found; its GPU tests skip with a message on a machine without a GPU. The clang++ stage
+# builds without it.
+nvcc="$(command -v nvcc || true)"
+[ -z "$nvcc" ] && [ -x /usr/local/cuda/bin/nvcc ] && nvcc=/usr/local/cuda/bin/nvcc
 for compiler in g++ clang++; do
   dir="build-test-${compiler}"
-  echo "=== ${compiler}"
-  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$compiler" \
+  cuda_flags=()
+  if [ "$compiler" = g++ ] && [ -n "$nvcc" ]; then
+    cuda_flags=(-DVWT_WITH_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc")
+    echo "=== ${compiler}, with the CUDA component ($nvcc)"
+  else
+    echo "=== ${compiler}"
+  fi
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$compiler" "${cuda_flags[@]}" \
     -DVWT_WARNINGS_AS_ERRORS=ON -DVWT_BUILD_TESTS=ON -DVWT_BUILD_BENCH=ON -DVWT_BUILD_EXAMPLES=ON >/dev/null
   cmake --build "$dir" -j"$jobs"
   (cd "$dir" && ctest --output-on-failure -j"$jobs")

@@ -15,7 +15,9 @@
 
 #include "kernels.cuh"
 
-#if !defined(VWT_CUDA_EMULATION)
+#if defined(VWT_CUDA_EMULATION)
+#include <unistd.h>
+#else
 #include <cublasLt.h>
 #endif
 
@@ -102,8 +104,10 @@ std::shared_ptr<api::state> api::create(const context_options& options) {
     return s;
 }
 void* api::allocate(std::size_t bytes) {
-    void* p = ::operator new(bytes, std::align_val_t{256}, std::nothrow);
-    if (!p) detail::fail("cuda (emulated): cannot allocate ", bytes, " bytes of memory");
+    // The emulated device's memory is the host's: no request beyond the host's RAM is tried.
+    const auto ram = static_cast<std::size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    void* p = bytes <= ram ? ::operator new(bytes, std::align_val_t{256}, std::nothrow) : nullptr;
+    if (!p) detail::fail("cuda (emulated): cannot allocate ", bytes, " bytes of memory (", ram, " bytes of RAM)");
     std::memset(p, 0, bytes);
     return p;
 }

@@ -8,6 +8,7 @@
 #include <vwt/vwt.hpp>
 
 #include "commands.hpp"
+#include "device_flags.hpp"
 #include "schedule_flags.hpp"
 
 namespace vwt::cli {
@@ -18,7 +19,8 @@ void add_compare_command(CLI::App& app) {
         std::string data, out, format = "text", prompt = "The ";
         std::vector<std::uint64_t> seeds{1, 2, 3};
         std::int64_t steps = 200, eval_every = 20;
-        int batch = 8, seq = 128, threads = 1, sample_tokens = 120;
+        int batch = 8, seq = 128, sample_tokens = 120;
+        device_flags device;
         double lr = 3e-3, validation = 0.1;
     };
     auto o = std::make_shared<options>();
@@ -33,7 +35,7 @@ void add_compare_command(CLI::App& app) {
     cmd->add_option("--lr", o->lr, "peak learning rate (cosine decay, 8% warmup)");
     cmd->add_option("--eval-every", o->eval_every, "steps between validation losses");
     cmd->add_option("--validation", o->validation, "held-out fraction at the end of the corpus");
-    cmd->add_option("--threads", o->threads, "CPU threads");
+    o->device.add_to(*cmd);
     cmd->add_option("--prompt", o->prompt, "prompt of the samples in report.md");
     cmd->add_option("--sample-tokens", o->sample_tokens, "length of those samples");
     cmd->add_option("--out", o->out, "output directory")->required();
@@ -43,7 +45,6 @@ void add_compare_command(CLI::App& app) {
         const auto x = o->schedule.build(name, base);
         if (o->seq > x.dims.context) detail::fail("--seq: ", o->seq, " is above the model's context of ", x.dims.context);
         if (o->seeds.empty()) detail::fail("--seeds: give at least one seed");
-        if (o->threads < 1) detail::fail("--threads: must be at least 1, got ", o->threads);
         if (o->steps < 1) detail::fail("--steps: must be at least 1");
         const auto tokens = train::read_tokens(o->data, parse_token_format(o->format), x.dims.vocab);
         const io::byte_tokenizer tok(x.dims.vocab);
@@ -59,8 +60,9 @@ void add_compare_command(CLI::App& app) {
         c.sample_tokens = o->sample_tokens;
         c.out = o->out;
         std::filesystem::create_directories(o->out);
-        const auto result = experiments::compare<cpu::backend<float>>(
-            cpu::context{o->threads}, x, byte_level_config(x, false), tokens, c, [&](const experiments::compare_progress& p) {
+        experiments::compare_result result;
+        o->device.run([&]<class B>(const typename B::context& ctx) {
+            result = experiments::compare<B>(ctx, x, byte_level_config(x, false), tokens, c, [&](const experiments::compare_progress& p) {
                 const char* model = experiments::compared_model_name(p.model);
                 if (p.step)
                     std::cerr << "\r" << model << " seed " << p.seed << ": step " << p.step->step << "/" << o->steps << " loss "
@@ -68,6 +70,7 @@ void add_compare_command(CLI::App& app) {
                 else
                     std::cerr << "\n" << model << " seed " << p.seed << ": validation loss " << p.finished->final_loss << "\n";
             });
+        });
         report::compare_report_input in{&result, &c, o->data, {}};
         for (int m = 0; m < 2; ++m)
             if (!result.runs[m].empty() && !result.runs[m].front().sample.empty())

@@ -7,13 +7,12 @@
 #include <vwt/vwt.hpp>
 
 #include "commands.hpp"
+#include "device_flags.hpp"
 #include "schedule_flags.hpp"
 
 namespace vwt::cli {
 
 namespace {
-
-using cpu_backend = cpu::backend<float>;
 
 io::dtype parse_dtype(const std::string& flag, const std::string& name) {
     static const std::map<std::string, io::dtype> types = {
@@ -23,14 +22,10 @@ io::dtype parse_dtype(const std::string& flag, const std::string& name) {
     return it->second;
 }
 
-model<cpu_backend> load(const std::string& dir) {
+template <class B>
+model<B> load(const std::string& dir, const typename B::context& ctx) {
     auto m = io::load_model_dir(dir, [](const std::string& warning) { std::cerr << "vwt: warning: " << warning << '\n'; });
-    return model<cpu_backend>(std::move(m.config), std::move(m.params));
-}
-
-cpu::context threads_context(int threads) {
-    if (threads < 1) detail::fail("--threads: must be at least 1, got ", threads);
-    return {threads};
+    return model<B>(std::move(m.config), m.params, ctx);
 }
 
 }  // namespace
@@ -74,9 +69,10 @@ void add_model_commands(CLI::App& app) {
     {
         struct options {
             std::string model, prompt;
-            int max_new = 64, top_k = 0, threads = 1;
+            int max_new = 64, top_k = 0;
             double temperature = 1.0, top_p = 1.0;
             std::uint64_t seed = 0;
+            device_flags device;
         };
         auto o = std::make_shared<options>();
         auto* cmd = app.add_subcommand("generate", "stream text generated from a prompt");
@@ -87,10 +83,9 @@ void add_model_commands(CLI::App& app) {
         cmd->add_option("--top-k", o->top_k, "keep the k most likely tokens (0: all)");
         cmd->add_option("--top-p", o->top_p, "keep the smallest set of probability >= p");
         cmd->add_option("--seed", o->seed, "sampling seed");
-        cmd->add_option("--threads", o->threads, "CPU threads");
-        cmd->callback([o] {
-            const auto ctx = threads_context(o->threads);
-            const auto m = load(o->model);
+        o->device.add_to(*cmd);
+        cmd->callback([o] { o->device.run([&]<class B>(const typename B::context& ctx) {
+            const auto m = load<B>(o->model, ctx);
             const io::byte_tokenizer tok(m.vocab());
             const auto prompt = tok.encode(o->prompt);
             if (prompt.empty()) detail::fail("--prompt: empty prompt");
@@ -109,37 +104,36 @@ void add_model_commands(CLI::App& app) {
                 std::cout << bytes << std::flush;
                 return true;
             };
-            session<model<cpu_backend>> s(m, ctx, static_cast<int>(needed));
+            session<model<B>> s(m, ctx, static_cast<int>(needed));
             std::cout << o->prompt;
             generate(ctx, s, prompt, g);
             std::cout << '\n';
-        });
+        }); });
     }
     {
         struct options {
             std::string model, out;
             std::string tokens;
-            int threads = 1;
+            device_flags device;
         };
         auto o = std::make_shared<options>();
         auto* cmd = app.add_subcommand("logits", "write the float32 logits of every position, row-major [T x V], little endian");
         cmd->add_option("--model", o->model, "model directory")->required();
         cmd->add_option("--tokens", o->tokens, "token ids, comma separated")->required();
         cmd->add_option("--out", o->out, "output file")->required();
-        cmd->add_option("--threads", o->threads, "CPU threads");
-        cmd->callback([o] {
-            const auto ctx = threads_context(o->threads);
-            const auto m = load(o->model);
+        o->device.add_to(*cmd);
+        cmd->callback([o] { o->device.run([&]<class B>(const typename B::context& ctx) {
+            const auto m = load<B>(o->model, ctx);
             const auto tokens = io::parse_token_ids(o->tokens, m.vocab(), "--tokens");
             if (static_cast<int>(tokens.size()) > m.schedule().dims.context)
                 detail::fail("--tokens: ", tokens.size(), " tokens exceed the model's context of ", m.schedule().dims.context);
             auto cache = m.make_cache(static_cast<int>(tokens.size()));
-            const sequence_input<cpu_backend> in{&cache, tokens};
+            const sequence_input<B> in{&cache, tokens};
             const auto logits = m.forward(ctx, std::span(&in, 1), logits_mode::all);
             static_assert(std::endian::native == std::endian::little, "logits are written as the host's floats");
             io::write_file_atomic(o->out, std::string_view(reinterpret_cast<const char*>(logits.data()), logits.size() * sizeof(float)));
             std::cout << "wrote " << o->out << " (" << tokens.size() << " x " << m.vocab() << " float32)\n";
-        });
+        }); });
     }
 }
 

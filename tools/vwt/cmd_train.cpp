@@ -8,6 +8,7 @@
 #include <vwt/vwt.hpp>
 
 #include "commands.hpp"
+#include "device_flags.hpp"
 #include "schedule_flags.hpp"
 
 namespace vwt::cli {
@@ -51,7 +52,8 @@ void add_train_commands(CLI::App& app) {
             schedule_flags schedule;
             std::string data, out, format = "text", decay = "cosine";
             std::int64_t steps = 200, warmup = -1;
-            int batch = 8, seq = 128, accumulate = 1, threads = 1;
+            int batch = 8, seq = 128, accumulate = 1;
+            device_flags device;
             double lr = 3e-3, clip = 1.0, validation = 0.1;
             std::uint64_t seed = 0;
             std::int64_t eval_every = 50, checkpoint_every = 100;
@@ -72,7 +74,7 @@ void add_train_commands(CLI::App& app) {
         cmd->add_option("--clip", o->clip, "gradient clipping by global norm (0: off)");
         cmd->add_option("--validation", o->validation, "fraction of the corpus held out at its end");
         cmd->add_option("--seed", o->seed, "initialisation and data-order seed");
-        cmd->add_option("--threads", o->threads, "CPU threads");
+        o->device.add_to(*cmd);
         cmd->add_option("--eval-every", o->eval_every, "steps between validation losses");
         cmd->add_option("--checkpoint-every", o->checkpoint_every, "steps between checkpoints");
         cmd->add_option("--out", o->out, "output directory (checkpoints, log.jsonl)")->required();
@@ -95,7 +97,6 @@ void add_train_commands(CLI::App& app) {
             t.batch = o->batch;
             t.accumulate = o->accumulate;
             t.clip = o->clip;
-            if (o->threads < 1) detail::fail("--threads: must be at least 1, got ", o->threads);
             t.eval_every = o->eval_every;
             t.checkpoint_every = o->checkpoint_every;
             t.out = o->out;
@@ -107,38 +108,41 @@ void add_train_commands(CLI::App& app) {
             t.lr = {decay, o->lr, warmup, o->steps, o->lr / 10};
             if (decay == train::lr_decay::power) t.lr.tokens_per_step = static_cast<double>(o->batch) * o->accumulate * o->seq;
             std::filesystem::create_directories(o->out);
-            train::trainer<cpu::backend<float>> tr(cpu::context{o->threads}, c, params, std::move(data), t);
-            const auto log_path = std::filesystem::path(o->out) / "log.jsonl";
-            if (o->resume) {
-                tr.resume();
-                truncate_log(log_path, tr.step());
-            }
-            std::ofstream log(log_path, o->resume ? std::ios::app : std::ios::trunc);
-            const auto start = std::chrono::steady_clock::now();
-            const auto first = tr.step();
-            tr.run([&](const train::step_report& r) {
-                nlohmann::ordered_json j = {{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
-                                            {"tokens_per_s", r.tokens_per_second}};
-                if (r.validation_loss >= 0) j["val_loss"] = r.validation_loss;
-                log << j.dump() << '\n' << std::flush;
-                const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-                const double per_step = elapsed / static_cast<double>(r.step - first);
-                const int width = 24, done = static_cast<int>(width * r.step / o->steps);
-                std::cerr << "\r[" << std::string(static_cast<std::size_t>(done), '#') << std::string(static_cast<std::size_t>(width - done), '.')
-                          << "] step " << r.step << "/" << o->steps << " loss " << r.loss << " " << static_cast<long>(r.tokens_per_second)
-                          << " tok/s ETA " << eta(per_step * static_cast<double>(o->steps - r.step)) << "   " << std::flush;
-                if (r.validation_loss >= 0)
-                    std::cerr << "\nstep " << r.step << ": validation loss " << r.validation_loss << " (perplexity "
-                              << std::exp(r.validation_loss) << ")\n";
+            o->device.run([&]<class B>(const typename B::context& ctx) {
+                train::trainer<B> tr(ctx, c, params, std::move(data), t);
+                const auto log_path = std::filesystem::path(o->out) / "log.jsonl";
+                if (o->resume) {
+                    tr.resume();
+                    truncate_log(log_path, tr.step());
+                }
+                std::ofstream log(log_path, o->resume ? std::ios::app : std::ios::trunc);
+                const auto start = std::chrono::steady_clock::now();
+                const auto first = tr.step();
+                tr.run([&](const train::step_report& r) {
+                    nlohmann::ordered_json j = {{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
+                                                {"tokens_per_s", r.tokens_per_second}};
+                    if (r.validation_loss >= 0) j["val_loss"] = r.validation_loss;
+                    log << j.dump() << '\n' << std::flush;
+                    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+                    const double per_step = elapsed / static_cast<double>(r.step - first);
+                    const int width = 24, done = static_cast<int>(width * r.step / o->steps);
+                    std::cerr << "\r[" << std::string(static_cast<std::size_t>(done), '#') << std::string(static_cast<std::size_t>(width - done), '.')
+                              << "] step " << r.step << "/" << o->steps << " loss " << r.loss << " " << static_cast<long>(r.tokens_per_second)
+                              << " tok/s ETA " << eta(per_step * static_cast<double>(o->steps - r.step)) << "   " << std::flush;
+                    if (r.validation_loss >= 0)
+                        std::cerr << "\nstep " << r.step << ": validation loss " << r.validation_loss << " (perplexity "
+                                  << std::exp(r.validation_loss) << ")\n";
             });
             std::cout << "trained " << name << " to step " << tr.step() << "; checkpoint " << (std::filesystem::path(o->out) / train::checkpoint_name(tr.step())).string() << '\n';
+            });
         });
     }
     {
         struct options {
             std::string model, data, format = "text";
-            int seq = 128, threads = 1;
+            int seq = 128;
             double validation = 0.1;
+            device_flags device;
         };
         auto o = std::make_shared<options>();
         auto* cmd = app.add_subcommand("eval", "validation loss and perplexity of a model on a corpus's held-out tail");
@@ -147,19 +151,19 @@ void add_train_commands(CLI::App& app) {
         cmd->add_option("--format", o->format, "text, u16 or u32");
         cmd->add_option("--seq", o->seq, "sequence length");
         cmd->add_option("--validation", o->validation, "held-out fraction at the end of the corpus");
-        cmd->add_option("--threads", o->threads, "CPU threads");
+        o->device.add_to(*cmd);
         cmd->callback([o] {
-            if (o->threads < 1) detail::fail("--threads: must be at least 1, got ", o->threads);
             auto loaded = io::load_model_dir(o->model);
             if (o->seq > loaded.config.schedule.dims.context)
                 detail::fail("--seq: ", o->seq, " is above the model's context of ", loaded.config.schedule.dims.context);
             auto tokens = train::read_tokens(o->data, parse_token_format(o->format), loaded.config.schedule.dims.vocab);
             const train::window_loader data(std::move(tokens), o->seq, o->validation, 0, o->data);
-            const cpu::context ctx{o->threads};
-            const model<cpu::backend<float>> m(std::move(loaded.config), loaded.params, ctx);
-            const double loss = train::validation_loss(ctx, m, data);
-            std::cout << "validation loss " << loss << " perplexity " << std::exp(loss) << " over " << data.validation_windows()
-                      << " windows of " << o->seq << " tokens\n";
+            o->device.run([&]<class B>(const typename B::context& ctx) {
+                const model<B> m(std::move(loaded.config), loaded.params, ctx);
+                const double loss = train::validation_loss(ctx, m, data);
+                std::cout << "validation loss " << loss << " perplexity " << std::exp(loss) << " over " << data.validation_windows()
+                          << " windows of " << o->seq << " tokens\n";
+            });
         });
     }
 }
