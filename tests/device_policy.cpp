@@ -5,6 +5,7 @@
 // (cuda_device_policy), on a GPU, each case skipping with a message where there is none.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -26,7 +27,9 @@ const char* const device_name = "emulated";
 #endif
 using cpu = vwt::cpu::backend<float>;
 
-const fs::path reference_dir = VWT_REFERENCE_DIR;
+// The PyTorch reference models: where CMake's fixture wrote them, or $VWT_REFERENCE_DIR (a copy
+// carried to a GPU machine, scripts/gpu_check.sh).
+const fs::path reference_dir = std::getenv("VWT_REFERENCE_DIR") ? fs::path(std::getenv("VWT_REFERENCE_DIR")) : fs::path(VWT_REFERENCE_DIR);
 
 #define SKIP_WITHOUT_DEVICE()                                         \
     if (!device::context::available()) {                              \
