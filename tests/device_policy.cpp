@@ -14,6 +14,8 @@
 #include <vwt/train/trainer.hpp>
 #include <vwt/vwt.hpp>
 
+#include "support.hpp"
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -43,22 +45,9 @@ vwt::model<B> load(const fs::path& dir, const typename B::context& ctx) {
     return vwt::model<B>(std::move(m.config), m.params, ctx);
 }
 
-std::vector<float> read_floats(const fs::path& p) {
-    const auto bytes = vwt::io::read_file_bytes(p);
-    std::vector<float> v(bytes.size() / 4);
-    std::memcpy(v.data(), bytes.data(), v.size() * 4);
-    return v;
-}
-
-double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
-    REQUIRE(a.size() == b.size());
-    double scale = 0, err = 0;
-    for (std::size_t i = 0; i < a.size(); ++i) {
-        scale = std::max(scale, std::abs(static_cast<double>(b[i])));
-        err = std::max(err, std::abs(static_cast<double>(a[i]) - static_cast<double>(b[i])));
-    }
-    return err / scale;
-}
+using vwt_test::losses_of;
+using vwt_test::read_floats;
+using vwt_test::relative_error;
 
 template <class B>
 std::vector<float> all_logits(const vwt::model<B>& m, const typename B::context& ctx, const std::vector<int>& tokens) {
@@ -86,13 +75,6 @@ vwt::train::trainer<B> make_trainer(const typename B::context& ctx, const fs::pa
     o.checkpoint_every = 0;
     o.out = out;
     return vwt::train::trainer<B>(ctx, c, p, vwt::train::window_loader(t, 16, 0.1, 4, "pattern"), o);
-}
-
-template <class B>
-std::vector<double> losses_of(vwt::train::trainer<B>& t) {
-    std::vector<double> l;
-    t.run([&](const vwt::train::step_report& r) { l.push_back(r.loss); });
-    return l;
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <vwt/vwt.hpp>
 
+#include "support.hpp"
+
 namespace {
 
 using backend = vwt::cpu::backend<float>;
@@ -21,24 +23,8 @@ vwt::model<B> load(const std::string& name) {
     return vwt::model<B>(std::move(m.config), params);
 }
 
-std::vector<float> read_floats(const std::filesystem::path& p) {
-    const auto bytes = vwt::io::read_file_bytes(p);
-    std::vector<float> v(bytes.size() / 4);
-    std::memcpy(v.data(), bytes.data(), v.size() * 4);
-    return v;
-}
-
-// max |a - b| relative to the reference's largest magnitude.
-template <class A, class Bv>
-double relative_error(const std::vector<A>& a, const std::vector<Bv>& b) {
-    REQUIRE(a.size() == b.size());
-    double scale = 0, err = 0;
-    for (std::size_t i = 0; i < a.size(); ++i) {
-        scale = std::max(scale, std::abs(static_cast<double>(b[i])));
-        err = std::max(err, std::abs(static_cast<double>(a[i]) - static_cast<double>(b[i])));
-    }
-    return err / scale;
-}
+using vwt_test::read_floats;
+using vwt_test::relative_error;
 
 template <class Model>
 auto full_logits(const Model& m, const std::vector<int>& tokens, int threads = 2) {

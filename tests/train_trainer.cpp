@@ -11,6 +11,8 @@
 #include <vwt/train/trainer.hpp>
 #include <vwt/vwt.hpp>
 
+#include "support.hpp"
+
 using Catch::Matchers::Contains;
 namespace fs = std::filesystem;
 
@@ -51,12 +53,7 @@ fs::path scratch_dir(const std::string& name) {
     return fs::temp_directory_path() / (name + (std::is_same_v<typename B::memory, vwt::host_memory> ? "_cpu" : "_reference"));
 }
 
-template <class B>
-std::vector<double> losses_of(vwt::train::trainer<B>& t) {
-    std::vector<double> l;
-    t.run([&](const vwt::train::step_report& r) { l.push_back(r.loss); });
-    return l;
-}
+using vwt_test::losses_of;
 
 }  // namespace
 

@@ -347,22 +347,14 @@ void api::matmul(const state& s, gemm_op op, const_dmatrix a, const_dmatrix b, d
             algo = it->second;
         } else {
             cublas_check(cublasLtMatmulPreferenceCreate(&d.preference), "cublasLtMatmulPreferenceCreate");
-            const std::size_t workspace = s.options.gemm_workspace_bytes;
-            cublas_check(cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-                                                              sizeof(workspace)),
-                         "set MAX_WORKSPACE_BYTES");
-            cublas_check(cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &shape.align_a,
-                                                              sizeof(shape.align_a)),
-                         "set MIN_ALIGNMENT_A_BYTES");
-            cublas_check(cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &shape.align_b,
-                                                              sizeof(shape.align_b)),
-                         "set MIN_ALIGNMENT_B_BYTES");
-            cublas_check(cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &shape.align_c,
-                                                              sizeof(shape.align_c)),
-                         "set MIN_ALIGNMENT_C_BYTES");
-            cublas_check(cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &shape.align_c,
-                                                              sizeof(shape.align_c)),
-                         "set MIN_ALIGNMENT_D_BYTES");
+            auto prefer = [&](cublasLtMatmulPreferenceAttributes_t attribute, const auto& value, const char* what) {
+                cublas_check(cublasLtMatmulPreferenceSetAttribute(d.preference, attribute, &value, sizeof(value)), what);
+            };
+            prefer(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, s.options.gemm_workspace_bytes, "set MAX_WORKSPACE_BYTES");
+            prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, shape.align_a, "set MIN_ALIGNMENT_A_BYTES");
+            prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, shape.align_b, "set MIN_ALIGNMENT_B_BYTES");
+            prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, shape.align_c, "set MIN_ALIGNMENT_C_BYTES");
+            prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, shape.align_c, "set MIN_ALIGNMENT_D_BYTES");
             cublasLtMatmulHeuristicResult_t result{};
             int found = 0;
             cublas_check(cublasLtMatmulAlgoGetHeuristic(s.lt, d.op, d.a, d.b, d.c, d.c, d.preference, 1, &result, &found),
