@@ -9,6 +9,7 @@ packages=(
   libeigen3-dev nlohmann-json3-dev libcli11-dev catch2 libbenchmark-dev
   python3 python3-torch python3-numpy
   libopenblas0-pthread  # an optimised BLAS for PyTorch, whose Debian build otherwise uses the reference BLAS
+  libopenblas-dev libdnnl-dev  # the library GEMM baselines of bench/bench_inference
   bible-kjv             # the demo's corpus: the King James Version (public domain), printed by `bible`
 )
 

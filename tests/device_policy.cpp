@@ -155,3 +155,15 @@ TEST_CASE("greedy generation from a checkpoint trained on the CPU") {
     CHECK(got == want);
     fs::remove_all(dir);
 }
+
+TEST_CASE("a context beyond the cache and memory beyond the device are clean errors") {
+    SKIP_WITHOUT_DEVICE();
+    const device::context ctx;
+    const auto m = load<device>(reference_dir / "x_tiny_l8", ctx);
+    vwt::session<vwt::model<device>> s(m, ctx, 8);
+    const std::vector<int> nine(9, 1);
+    CHECK_THROWS_WITH(s.append(ctx, nine), Catch::Contains("exceed its capacity of 8"));
+    s.append(ctx, std::span<const int>(nine).first(8));  // the session is still usable
+    CHECK(s.length() == 8);
+    CHECK_THROWS_WITH(device::buffer<float>(vwt::index_t(1) << 50), Catch::Contains("cannot allocate"));
+}
