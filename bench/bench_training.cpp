@@ -160,8 +160,8 @@ void vwt_peak_memory(benchmark::State& state, bool uniform) {
     }
 }
 
-// vwt: the best of three repetitions (timings on this machine vary run to run); PyTorch: one
-// run of four timed steps after a warm-up step (it takes seconds per step).
+// vwt: the best of three repetitions (timings on this machine vary run to run); PyTorch: the best
+// of four timed steps after a warm-up step (it takes seconds per step). Both rows: the fastest.
 BENCHMARK_CAPTURE(vwt_train_step, xformer, false)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0)
     ->Repetitions(3)->ReportAggregatesOnly(true)
     ->ComputeStatistics("min", [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); });
