@@ -193,8 +193,8 @@ struct api::state {
     cudaStream_t stream_ = nullptr;
     cublasLtHandle_t lt = nullptr;
     void* gemm_workspace = nullptr;
-    int* error_host = nullptr;  // mapped pinned memory: kernels write it, the host reads it after a wait
-    int* error_device = nullptr;
+    int* error_device = nullptr;  // device memory: kernels atomicOr into it
+    int* error_host = nullptr;    // pinned: its copy, read after a wait
     mutable std::mutex algo_mutex;
     mutable std::map<gemm_shape, cublasLtMatmulAlgo_t> algos;
 
@@ -209,6 +209,7 @@ struct api::state {
         if (stream_) cudaStreamSynchronize(stream_);
         if (gemm_workspace) cudaFree(gemm_workspace);
         if (error_host) cudaFreeHost(error_host);
+        if (error_device) cudaFree(error_device);
         if (lt) cublasLtDestroy(lt);
         if (stream_) cudaStreamDestroy(stream_);
     }
@@ -233,9 +234,9 @@ std::shared_ptr<api::state> api::create(const context_options& options) {
     cuda_check(cudaStreamCreateWithFlags(&s->stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
     cublas_check(cublasLtCreate(&s->lt), "cublasLtCreate");
     if (options.gemm_workspace_bytes > 0) cuda_check(cudaMalloc(&s->gemm_workspace, options.gemm_workspace_bytes), "cudaMalloc (GEMM workspace)");
-    cuda_check(cudaHostAlloc(reinterpret_cast<void**>(&s->error_host), sizeof(int), cudaHostAllocMapped), "cudaHostAlloc (error word)");
-    *s->error_host = 0;
-    cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&s->error_device), s->error_host, 0), "cudaHostGetDevicePointer");
+    cuda_check(cudaMallocHost(reinterpret_cast<void**>(&s->error_host), sizeof(int)), "cudaMallocHost (error word)");
+    cuda_check(cudaMalloc(reinterpret_cast<void**>(&s->error_device), sizeof(int)), "cudaMalloc (error word)");
+    cuda_check(cudaMemsetAsync(s->error_device, 0, sizeof(int), s->stream_), "cudaMemsetAsync (error word)");
     return s;
 }
 
@@ -264,12 +265,15 @@ void api::to_host(const state& s, const void* device, void* host, std::size_t by
     cuda_check(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, s.stream()), "cudaMemcpyAsync (download)");
     synchronize(s);
 }
+// The error word comes back with the wait (4 bytes on the same stream); a set word is cleared.
 void api::synchronize(const state& s) {
     s.use_device();
+    cuda_check(cudaMemcpyAsync(s.error_host, s.error_device, sizeof(int), cudaMemcpyDeviceToHost, s.stream()), "cudaMemcpyAsync (error word)");
     cuda_check(cudaStreamSynchronize(s.stream()), "cudaStreamSynchronize");
-    volatile int* word = s.error_host;
-    if (const int bits = *word) {
-        *word = 0;
+    if (const int bits = *s.error_host) {
+        *s.error_host = 0;
+        cuda_check(cudaMemsetAsync(s.error_device, 0, sizeof(int), s.stream()), "cudaMemsetAsync (error word)");
+        cuda_check(cudaStreamSynchronize(s.stream()), "cudaStreamSynchronize");
         detail::fail("cuda: ", error_bits_message(bits));
     }
 }
