@@ -12,15 +12,15 @@ cudalib=""
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib $(python3 -c 'import nvidia, os; p = os.path.dirname(nvidia.__path__[0]); print(" ".join(os.path.join(p, "nvidia", x, "lib") for x in ("cublas", "cuda_runtime")))' 2>/dev/null); do
   [ -d "$d" ] && cudalib="$cudalib:$d"
 done
-export LD_LIBRARY_PATH="$PWD/gpu-bundle/lib$cudalib:${LD_LIBRARY_PATH:-}"
+libpath="$PWD/gpu-bundle/lib$cudalib:${LD_LIBRARY_PATH:-}"  # for our binaries only, not python3
 bin=gpu-bundle/bin
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv > "$out/gpu.txt" 2>&1
-ldd $bin/cuda_ops > "$out/ldd.txt" 2>&1
+LD_LIBRARY_PATH="$libpath" ldd $bin/cuda_ops > "$out/ldd.txt" 2>&1
 status=0
 run() {  # name command...
   local name="$1"; shift
   echo "=== $name" | tee -a "$out/summary.txt"
-  if "$@" > "$out/$name.log" 2>&1; then echo "ok" | tee -a "$out/summary.txt"; else echo "FAILED (rc $?)" | tee -a "$out/summary.txt"; status=1; fi
+  if LD_LIBRARY_PATH="$libpath" "$@" > "$out/$name.log" 2>&1; then echo "ok" | tee -a "$out/summary.txt"; else echo "FAILED (rc $?)" | tee -a "$out/summary.txt"; status=1; fi
   tail -3 "$out/$name.log" | tee -a "$out/summary.txt"
 }
 export VWT_REFERENCE_DIR="$PWD/gpu-bundle/reference"  # where the tests read the PyTorch reference models
