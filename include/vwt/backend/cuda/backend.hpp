@@ -6,6 +6,8 @@
 // copies share them. Ops enqueue work and return (no synchronisation inside an op); download()
 // waits for the stream, and reports a bad token id or target that a kernel met since the last
 // wait (kernels cannot throw; they record it and the host raises it as vwt::error there).
+// Buffers are allocated on the calling thread's current device, which creating a context sets
+// (cudaSetDevice): with several GPUs, make a context for a device before that device's buffers.
 // The same policy over device_kind::emulation (vwt::cuda_emulation) runs the same kernels on the
 // CPU for tests: see device_api.hpp.
 
