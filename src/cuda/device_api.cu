@@ -37,7 +37,7 @@ using kernels::launch_status;
 
 constexpr unsigned block_threads = 128;  // four warps
 #if defined(VWT_CUDA_EMULATION)
-constexpr index_t max_blocks = 4;  // each emulated block meets at a barrier: few blocks, more grid-stride turns
+constexpr index_t max_blocks = 4;  // few blocks: the kernels' grid-stride loops take several turns, as on a large input
 #else
 constexpr index_t max_blocks = 1 << 16;
 #endif
@@ -95,6 +95,7 @@ struct api::state {
     mutable int error_word = 0;  // kernels record bad ids here (atomically)
     int* error() const { return &error_word; }
     kernels::stream_t stream() const { return nullptr; }
+    void use_device() const {}
 };
 
 int api::device_count() { return 1; }
@@ -379,15 +380,9 @@ void api::matmul(const state& s, gemm_op op, const_dmatrix a, const_dmatrix b, d
 
 // ================================================================== the ops: kernel launches
 
-#if defined(VWT_CUDA_EMULATION)
-#define VWT_USE_DEVICE(s)
-#else
-#define VWT_USE_DEVICE(s) (s).use_device()
-#endif
-
 void api::rmsnorm(const state& s, const_dmatrix x, const float* gain, dmatrix y, float eps) {
     if (x.rows == 0) return;
-    VWT_USE_DEVICE(s);
+    s.use_device();
     launched(launch(kernels::rmsnorm_kernel, blocks_for_warps(x.rows), block_threads, s.stream(), x.data, x.stride, gain, y.data, y.stride,
                     x.rows, x.cols, eps),
              "rmsnorm");
@@ -396,7 +391,7 @@ void api::rmsnorm(const state& s, const_dmatrix x, const float* gain, dmatrix y,
 void api::rmsnorm_backward(const state& s, const_dmatrix x, const float* gain, const_dmatrix dy, dmatrix dx, float* dgain, float eps,
                            float* scratch) {
     if (x.rows == 0) return;
-    VWT_USE_DEVICE(s);
+    s.use_device();
     launched(launch(kernels::rmsnorm_backward_kernel, blocks_for_warps(x.rows), block_threads, s.stream(), x.data, x.stride, gain, dy.data,
                     dy.stride, dx.data, dx.stride, x.rows, x.cols, eps, scratch),
              "rmsnorm_backward");
@@ -409,7 +404,7 @@ void api::rope(const state& s, dmatrix x, int groups, int heads_per_group, index
                double theta, bool inverse) {
     const index_t pairs = x.rows * groups * heads_per_group * (head_dim / 2);
     if (pairs == 0) return;
-    VWT_USE_DEVICE(s);
+    s.use_device();
     launched(launch(kernels::rope_kernel, blocks_for_threads(pairs), block_threads, s.stream(), x.data, x.stride, x.rows, groups,
                     heads_per_group, group_stride, head_dim, positions, theta, inverse),
              "rope");
@@ -427,7 +422,7 @@ index_t api::attention_scratch(index_t rows, index_t n_ctx, int heads, index_t h
 void api::attention(const state& s, const_dmatrix q, const_dmatrix k, const_dmatrix v, dmatrix out, int heads, int kv_heads,
                     index_t head_dim, float scale, float* scratch, index_t scratch_size) {
     if (q.rows == 0) return;
-    VWT_USE_DEVICE(s);
+    s.use_device();
     const index_t rows = q.rows, n_ctx = k.rows;
     index_t splits = key_splits(rows, n_ctx, heads);
     if (splits > 1) splits = std::max<index_t>(1, std::min(splits, scratch_size / (rows * heads * (head_dim + 2))));
@@ -450,7 +445,7 @@ index_t api::attention_backward_scratch(index_t rows, int heads) { return 3 * ro
 void api::attention_backward(const state& s, const_dmatrix q, const_dmatrix k, const_dmatrix v, const_dmatrix d_out, dmatrix dq, dmatrix dk,
                              dmatrix dv, int heads, int kv_heads, index_t head_dim, float scale, float* scratch) {
     if (q.rows == 0) return;
-    VWT_USE_DEVICE(s);
+    s.use_device();
     const index_t rows = q.rows;
     const int group = heads / kv_heads;
     with_head_registers(head_dim, [&]<int R>() {
@@ -470,7 +465,7 @@ void api::attention_backward(const state& s, const_dmatrix q, const_dmatrix k, c
 
 void api::swiglu(const state& s, const_dmatrix fused, dmatrix out, index_t inter, bool interleaved) {
     if (fused.rows * inter == 0) return;
-    VWT_USE_DEVICE(s);
+    s.use_device();
     launched(launch(kernels::swiglu_kernel, blocks_for_threads(fused.rows * inter), block_threads, s.stream(), fused.data, fused.stride,
                     out.data, out.stride, fused.rows, inter, interleaved),
              "swiglu");
@@ -478,7 +473,7 @@ void api::swiglu(const state& s, const_dmatrix fused, dmatrix out, index_t inter
 
 void api::swiglu_backward(const state& s, const_dmatrix fused, const_dmatrix d_out, dmatrix d_fused, index_t inter, bool interleaved) {
     if (fused.rows * inter == 0) return;
-    VWT_USE_DEVICE(s);
+    s.use_device();
     launched(launch(kernels::swiglu_backward_kernel, blocks_for_threads(fused.rows * inter), block_threads, s.stream(), fused.data,
                     fused.stride, d_out.data, d_out.stride, d_fused.data, d_fused.stride, fused.rows, inter, interleaved),
              "swiglu_backward");
@@ -486,7 +481,7 @@ void api::swiglu_backward(const state& s, const_dmatrix fused, const_dmatrix d_o
 
 void api::embed(const state& s, const_dmatrix table, const int* ids, dmatrix x, float scale) {
     if (x.rows * x.cols == 0) return;
-    VWT_USE_DEVICE(s);
+    s.use_device();
     launched(launch(kernels::embed_kernel, blocks_for_threads(x.rows * x.cols), block_threads, s.stream(), table.data, table.stride,
                     table.rows, table.cols, ids, x.data, x.stride, x.rows, x.cols, scale, s.error()),
              "embed");
@@ -494,7 +489,7 @@ void api::embed(const state& s, const_dmatrix table, const int* ids, dmatrix x, 
 
 void api::embed_backward(const state& s, const_dmatrix dx, const int* ids, dmatrix table, float scale) {
     if (dx.rows * table.cols == 0) return;
-    VWT_USE_DEVICE(s);
+    s.use_device();
     launched(launch(kernels::embed_backward_kernel, blocks_for_threads(dx.rows * table.cols), block_threads, s.stream(), dx.data, dx.stride,
                     ids, table.data, table.stride, table.rows, dx.rows, table.cols, scale, s.error()),
              "embed_backward");
@@ -502,7 +497,7 @@ void api::embed_backward(const state& s, const_dmatrix dx, const int* ids, dmatr
 
 void api::cross_entropy(const state& s, dmatrix logits, const int* targets, float grad_scale, double* row_losses) {
     if (logits.rows == 0) return;
-    VWT_USE_DEVICE(s);
+    s.use_device();
     launched(launch(kernels::cross_entropy_kernel, blocks_for_warps(logits.rows), block_threads, s.stream(), logits.data, logits.stride,
                     logits.rows, logits.cols, targets, grad_scale, row_losses, s.error()),
              "cross_entropy");
@@ -510,7 +505,7 @@ void api::cross_entropy(const state& s, dmatrix logits, const int* targets, floa
 
 void api::split_qkv(const state& s, const_dmatrix qkv, dmatrix q, dmatrix k, dmatrix v, int heads, int kv_heads, index_t head_dim) {
     if (qkv.rows * qkv.cols == 0) return;
-    VWT_USE_DEVICE(s);
+    s.use_device();
     launched(launch(kernels::split_qkv_kernel, blocks_for_threads(qkv.rows * qkv.cols), block_threads, s.stream(), qkv.data, qkv.stride,
                     q.data, q.stride, k.data, k.stride, v.data, v.stride, qkv.rows, qkv.cols, heads / kv_heads, head_dim),
              "split_qkv");
@@ -519,7 +514,7 @@ void api::split_qkv(const state& s, const_dmatrix qkv, dmatrix q, dmatrix k, dma
 void api::join_qkv(const state& s, const_dmatrix q, const_dmatrix k, const_dmatrix v, dmatrix qkv, int heads, int kv_heads,
                    index_t head_dim) {
     if (qkv.rows * qkv.cols == 0) return;
-    VWT_USE_DEVICE(s);
+    s.use_device();
     launched(launch(kernels::join_qkv_kernel, blocks_for_threads(qkv.rows * qkv.cols), block_threads, s.stream(), q.data, q.stride, k.data,
                     k.stride, v.data, v.stride, qkv.data, qkv.stride, qkv.rows, qkv.cols, heads / kv_heads, head_dim),
              "join_qkv");
@@ -527,7 +522,7 @@ void api::join_qkv(const state& s, const_dmatrix q, const_dmatrix k, const_dmatr
 
 void api::copy(const state& s, const_dmatrix from, dmatrix to) {
     if (from.rows * from.cols == 0) return;
-    VWT_USE_DEVICE(s);
+    s.use_device();
     launched(launch(kernels::copy_kernel, blocks_for_threads(from.rows * from.cols), block_threads, s.stream(), from.data, from.stride,
                     to.data, to.stride, from.rows, from.cols),
              "copy");
@@ -535,7 +530,7 @@ void api::copy(const state& s, const_dmatrix from, dmatrix to) {
 
 void api::fill(const state& s, dmatrix x, float value) {
     if (x.rows * x.cols == 0) return;
-    VWT_USE_DEVICE(s);
+    s.use_device();
     launched(launch(kernels::fill_kernel, blocks_for_threads(x.rows * x.cols), block_threads, s.stream(), x.data, x.stride, x.rows, x.cols,
                     value),
              "fill");
@@ -543,12 +538,12 @@ void api::fill(const state& s, dmatrix x, float value) {
 
 void api::scale(const state& s, float* x, index_t n, float factor) {
     if (n == 0) return;
-    VWT_USE_DEVICE(s);
+    s.use_device();
     launched(launch(kernels::scale_kernel, blocks_for_threads(n), block_threads, s.stream(), x, n, factor), "scale");
 }
 
 void api::sum_squares(const state& s, const float* x, index_t n, double* out) {
-    VWT_USE_DEVICE(s);
+    s.use_device();
     clear_double(s, out);
     if (n == 0) return;
     launched(launch(kernels::sum_squares_kernel, blocks_for_threads(n), block_threads, s.stream(), x, n, out), "sum_squares");
@@ -557,7 +552,7 @@ void api::sum_squares(const state& s, const float* x, index_t n, double* out) {
 void api::adamw(const state& s, float* params, const float* grads, float* m, float* v, index_t n, double beta1, double beta2, double eps,
                 double decay, double step_size, double root_bias2) {
     if (n == 0) return;
-    VWT_USE_DEVICE(s);
+    s.use_device();
     launched(launch(kernels::adamw_kernel, blocks_for_threads(n), block_threads, s.stream(), params, grads, m, v, n, beta1, beta2, eps,
                     decay, step_size, root_bias2),
              "adamw");

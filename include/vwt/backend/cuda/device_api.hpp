@@ -6,8 +6,8 @@
 // Two implementations share these declarations and one source (src/cuda/device_api.cu):
 //  - device_kind::cuda, compiled by nvcc into vwt::cuda: streams, cudaMalloc, cuBLASLt, kernels;
 //  - device_kind::emulation, the same kernels compiled as C++ into vwt::cuda_emulation, where a
-//    CUDA thread block runs as one host thread per CUDA thread (warp collectives through per-warp
-//    barriers) and the GEMMs are plain loops. It runs the kernels' index arithmetic, masking,
+//    warp's 32 lanes run as fibers on the calling thread, one warp after another (switching at warp
+//    collectives), and the GEMMs are plain loops. It runs the kernels' index arithmetic, masking,
 //    online softmax and reductions on a machine without a GPU, so the op-parity and model tests
 //    check them everywhere; what it cannot check (cuBLASLt, streams, the hardware) needs a GPU.
 
