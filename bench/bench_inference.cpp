@@ -27,6 +27,7 @@
 namespace {
 
 using backend = vwt::cpu::backend<float>;
+using bf16_backend = vwt::cpu::backend<float, vwt::bf16>;  // weights stored in bf16, widened in the kernels
 constexpr int threads = 2;
 constexpr int prefill_tokens = 256;
 constexpr int decode_context = 256;
@@ -55,12 +56,13 @@ std::vector<float> bench_parameters(const vwt::model_config& c) {
     return p;
 }
 
-const vwt::model<backend>& bench_model(bool uniform) {
-    static std::map<bool, std::unique_ptr<vwt::model<backend>>> models;
+template <class B = backend>
+const vwt::model<B>& bench_model(bool uniform) {
+    static std::map<bool, std::unique_ptr<vwt::model<B>>> models;
     auto& m = models[uniform];
     if (!m) {
         auto c = vwt::model_config::mup(bench_schedule(uniform));
-        m = std::make_unique<vwt::model<backend>>(c, bench_parameters(c));
+        m = std::make_unique<vwt::model<B>>(c, vwt::convert_elements<typename B::weight_type>(bench_parameters(c)));
     }
     return *m;
 }
@@ -87,17 +89,18 @@ double prefill_flops(const vwt::dynamic_schedule& s, int T) {
 // One prefill of prefill_tokens tokens into a fresh cache, through a workspace made once.
 template <class Model>
 struct prefill_runner {
+    using B = typename Model::backend;
     const Model& m;
     std::vector<int> tokens;
-    vwt::kv_cache<backend> cache;
-    vwt::forward_workspace<backend> ws;
+    vwt::kv_cache<B> cache;
+    vwt::forward_workspace<B> ws;
     explicit prefill_runner(const Model& model)
         : m(model), tokens(prefill_tokens), cache(model.make_cache(prefill_tokens)), ws(model.make_workspace({threads}, prefill_tokens, prefill_tokens)) {
         for (int i = 0; i < prefill_tokens; ++i) tokens[static_cast<std::size_t>(i)] = (i * 31) % bench_vocab;
     }
     void operator()() {
         cache.clear();
-        const vwt::sequence_input<backend> in{&cache, tokens};
+        const vwt::sequence_input<B> in{&cache, tokens};
         benchmark::DoNotOptimize(m.forward({threads}, ws, std::span(&in, 1)));
     }
 };
@@ -297,8 +300,10 @@ void paired_prefill(benchmark::State& state) {
 }
 BENCHMARK(paired_prefill)->Iterations(16)->UseManualTime()->Unit(benchmark::kMillisecond);
 
+// Decode with weights stored as B::weight_type (f32 or bf16), against the read bound of its bytes.
+template <class B>
 void paired_decode(benchmark::State& state) {
-    decode_runner<vwt::model<backend>> dx(bench_model(false)), du(bench_model(true));
+    decode_runner<vwt::model<B>> dx(bench_model<B>(false)), du(bench_model<B>(true));
     read_runner read;
     double tdx = 1e9, tdu = 1e9, tr = 1e9;
     for (auto _ : state) {
@@ -307,10 +312,10 @@ void paired_decode(benchmark::State& state) {
         state.SetIterationTime(a + b + c);
     }
     const double bw = 4.0 * read_runner::n / tr;
-    // A decode step reads every weight and the KV cache of decode_context tokens once.
+    // A decode step reads every weight and the KV cache of decode_context tokens (f32) once.
     const auto bytes = [](bool u) {
-        const auto& m = bench_model(u);
-        return static_cast<double>(m.parameters().size() * 4) +
+        const auto& m = bench_model<B>(u);
+        return static_cast<double>(m.parameters().size() * sizeof(typename B::weight_type)) +
                static_cast<double>(vwt::account(m.schedule(), {decode_context, 4, 4}).kv_bytes_per_token) * decode_context;
     };
     state.counters["read_GBs"] = bw / 1e9;
@@ -319,7 +324,26 @@ void paired_decode(benchmark::State& state) {
     state.counters["x_bound_tokens_per_s"] = bw / bytes(false);
     state.counters["u_bound_tokens_per_s"] = bw / bytes(true);
 }
-BENCHMARK(paired_decode)->Iterations(60)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(paired_decode<backend>)->Name("paired_decode/f32")->Iterations(60)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(paired_decode<bf16_backend>)->Name("paired_decode/bf16")->Iterations(60)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+// Prefill with bf16 weights beside f32 weights, alternated: what widening the weights costs.
+void paired_prefill_bf16(benchmark::State& state) {
+    prefill_runner<vwt::model<bf16_backend>> hx(bench_model<bf16_backend>(false)), hu(bench_model<bf16_backend>(true));
+    prefill_runner<vwt::model<backend>> fx(bench_model(false));
+    double thx = 1e9, thu = 1e9, tfx = 1e9;
+    for (auto _ : state) {
+        const double a = seconds_of(hx), b = seconds_of(hu), c = seconds_of(fx);
+        thx = std::min(thx, a), thu = std::min(thu, b), tfx = std::min(tfx, c);
+        state.SetIterationTime(a + b + c);
+    }
+    state.counters["x_tokens_per_s"] = prefill_tokens / thx;
+    state.counters["u_tokens_per_s"] = prefill_tokens / thu;
+    state.counters["x_GFLOPs"] = prefill_flops(bench_schedule(false), prefill_tokens) / thx / 1e9;
+    state.counters["u_GFLOPs"] = prefill_flops(bench_schedule(true), prefill_tokens) / thu / 1e9;
+    state.counters["x_f32_tokens_per_s"] = prefill_tokens / tfx;
+}
+BENCHMARK(paired_prefill_bf16)->Iterations(12)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 // The ><former with static extents (static_model) against the same model with dynamic ones,
 // alternated in each iteration: what the compile-time widths buy.
@@ -380,7 +404,7 @@ int main(int argc, char** argv) {
             if (key.rfind(bench, 0) == 0 && run.counters.count(name)) return static_cast<double>(run.counters.at(name));
         return 0.0;
     };
-    if (counter("paired_prefill", "time_ratio") == 0 || counter("paired_decode", "read_GBs") == 0) return 0;
+    if (counter("paired_prefill", "time_ratio") == 0 || counter("paired_decode/f32", "read_GBs") == 0) return 0;
     std::printf("\nsummary, paired in one run, each figure the fastest of its repetitions (threads %d, prefill %d tokens, "
                 "decode at context %d, vocab %d)\n",
                 threads, prefill_tokens, decode_context, bench_vocab);
@@ -392,10 +416,17 @@ int main(int argc, char** argv) {
         for (const auto l : {gemm_library::eigen, gemm_library::openblas, gemm_library::onednn})
             if (const double g = counter("paired_prefill", (w + "_" + library_name(l) + "_GFLOPs").c_str()); g > 0)
                 std::printf(" %.0f%% of %s (%.1f)", 100 * p / g, library_name(l), g);
-        const double d = counter("paired_decode", (w + "_tokens_per_s").c_str());
-        const double bound = counter("paired_decode", (w + "_bound_tokens_per_s").c_str());
-        std::printf(" same-shape GFLOP/s; decode %.1f tok/s = %.0f%% of the read-bandwidth bound %.1f tok/s (read %.1f GB/s)\n", d,
-                    100 * d / bound, bound, counter("paired_decode", "read_GBs"));
+        std::printf(" same-shape GFLOP/s\n");
+        for (const char* format : {"f32", "bf16"}) {
+            const std::string bench = std::string("paired_decode/") + format;
+            const double d = counter(bench, (w + "_tokens_per_s").c_str());
+            const double bound = counter(bench, (w + "_bound_tokens_per_s").c_str());
+            if (d > 0)
+                std::printf("%-8s decode %-4s weights %.1f tok/s = %.0f%% of the read-bandwidth bound %.1f tok/s (read %.1f GB/s)\n", "",
+                            format, d, 100 * d / bound, bound, counter(bench, "read_GBs"));
+        }
+        if (const double h = counter("paired_prefill_bf16", (w + "_tokens_per_s").c_str()); h > 0)
+            std::printf("%-8s prefill bf16 weights %.0f tok/s, %.1f GFLOP/s\n", "", h, counter("paired_prefill_bf16", (w + "_GFLOPs").c_str()));
     }
     if (const double sp = counter("paired_static_dynamic", "static_prefill_tokens_per_s"); sp > 0)
         std::printf("><former static extents / dynamic: prefill %.0f / %.0f tok/s (%+.1f%%), decode %.1f / %.1f tok/s (%+.1f%%)\n", sp,

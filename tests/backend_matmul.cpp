@@ -3,6 +3,7 @@
 // panels), row-strided views, alpha and beta (beta 0 must not read the output), 1 and 2 threads.
 #include <catch2/catch.hpp>
 
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -100,4 +101,66 @@ TEST_CASE("matmul_nn and matmul_tn equal a brute-force sum") {
                 B::matmul_tn({threads}, a.view(), b.view(), g.view());
                 check(g, want_g);
             }
+}
+
+namespace {
+
+// The nearest bfloat16 to f (8 significant bits, ties to even), from frexp rather than bits:
+// float's exponent range, with subnormals below 2^-126 on a fixed grid of 2^-133.
+double nearest_bf16(float f) {
+    if (std::abs(f) < std::ldexp(1.0, -126)) return std::ldexp(std::nearbyint(std::ldexp(static_cast<double>(f), 133)), -133);
+    int e = 0;
+    const double m = std::frexp(static_cast<double>(f), &e);  // [0.5, 1)
+    const double r = std::ldexp(std::nearbyint(m * 256.0), e - 8);
+    const double largest = std::ldexp(255.0, 127 - 7);  // (2 - 2^-7) * 2^127
+    return std::abs(r) > largest ? std::copysign(std::numeric_limits<double>::infinity(), r) : r;
+}
+
+}  // namespace
+
+TEST_CASE("bf16 rounds to the nearest bfloat16, ties to even, and keeps NaN and infinities") {
+    std::mt19937 rng(3);
+    std::uniform_int_distribution<std::uint32_t> bits;
+    int checked = 0;
+    while (checked < 200000) {
+        const float f = std::bit_cast<float>(bits(rng));
+        if (!std::isfinite(f)) continue;
+        INFO("float " << f);
+        REQUIRE(static_cast<double>(static_cast<float>(vwt::bf16(f))) == nearest_bf16(f));
+        ++checked;
+    }
+    // exact ties: 1 + 2^-8 lies halfway between 1 and 1 + 2^-7 (rounds to even 1); 1 + 3 * 2^-8
+    // halfway between 1 + 2^-7 and 1 + 2^-6 (rounds to even 1 + 2^-6)
+    CHECK(static_cast<float>(vwt::bf16(1.0f + 0x1p-8f)) == 1.0f);
+    CHECK(static_cast<float>(vwt::bf16(1.0f + 3 * 0x1p-8f)) == 1.0f + 0x1p-6f);
+    CHECK(std::isnan(static_cast<float>(vwt::bf16(std::numeric_limits<float>::quiet_NaN()))));
+    CHECK(std::isnan(static_cast<float>(vwt::bf16(std::bit_cast<float>(0x7f800001u)))));  // a NaN whose payload is in the low bits
+    CHECK(static_cast<float>(vwt::bf16(-std::numeric_limits<float>::infinity())) == -std::numeric_limits<float>::infinity());
+    CHECK(static_cast<float>(vwt::bf16(std::numeric_limits<float>::max())) == std::numeric_limits<float>::infinity());
+}
+
+TEST_CASE("matmul_nt with bf16 weights equals a brute-force sum over the rounded weights") {
+    using H = vwt::cpu::backend<float, vwt::bf16>;
+    std::mt19937 rng(11);
+    const float alpha = 1.25f;
+    // m 1..5 cover the streaming kernel (<= 4 rows) and the first Eigen shape; k 769 and 2000 the panel split
+    for (const vwt::index_t k : {0, 1, 17, 64, 769, 2000})
+        for (const vwt::index_t m : {1, 2, 4, 5, 64})
+            for (const vwt::index_t n : {1, 33, 300})
+                for (const float beta : {0.0f, 0.5f})
+                    for (const int threads : {1, 2}) {
+                        INFO("k " << k << " m " << m << " n " << n << " beta " << beta << " threads " << threads);
+                        strided x(m, k, rng), wf(n, k, rng), y(m, n, rng);
+                        std::vector<vwt::bf16> w(wf.data.size());
+                        for (std::size_t i = 0; i < w.size(); ++i) w[i] = vwt::bf16(wf.data[i]);
+                        if (beta == 0.0f)
+                            for (auto& v : y.data) v = std::numeric_limits<float>::quiet_NaN();
+                        const auto want = brute_force(
+                            m, n, k, [&](auto r, auto j) { return x.at(r, j); },
+                            [&](auto j, auto c) { return nearest_bf16(wf.data[static_cast<std::size_t>(c * wf.stride + j)]); }, alpha,
+                            beta, y);
+                        H::matmul_nt({threads}, x.view(), vwt::host_matrix<const vwt::bf16>{w.data(), n, k, wf.stride}, y.view(),
+                                     alpha, beta);
+                        check(y, want);
+                    }
 }

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../error.hpp"
+#include "../tensor/bf16.hpp"
 #include "atomic_file.hpp"
 #include "json.hpp"
 
@@ -91,13 +92,8 @@ inline std::uint16_t f32_to_f16(float f) {
     if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) ++half;
     return static_cast<std::uint16_t>(sign | half);
 }
-inline float bf16_to_f32(std::uint16_t b) { return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16); }
-inline std::uint16_t f32_to_bf16(float f) {
-    const auto x = std::bit_cast<std::uint32_t>(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((x >> 16) | 0x40);  // quiet NaN
-    const std::uint32_t rounding = 0x7fff + ((x >> 16) & 1);
-    return static_cast<std::uint16_t>((x + rounding) >> 16);
-}
+inline float bf16_to_f32(std::uint16_t b) { return static_cast<float>(bf16::from_bits(b)); }
+inline std::uint16_t f32_to_bf16(float f) { return bf16(f).bits; }
 
 // A parsed, validated safetensors buffer. It views `bytes`; keep them alive while it is used.
 class safetensors_view {

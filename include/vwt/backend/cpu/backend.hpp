@@ -22,12 +22,14 @@
 #include <limits>
 #include <span>
 #include <type_traits>
+#include <vector>
 
 #include <Eigen/Core>
 
 #include "../../error.hpp"
 #include "../buffer.hpp"
 #include "../policy.hpp"
+#include "weight_kernels.hpp"
 
 // OpenMP when the build enables it (vwt::vwt links OpenMP::OpenMP_CXX); serial otherwise.
 #if defined(_OPENMP)
@@ -48,12 +50,14 @@ namespace detail {
 constexpr int eigen_extent(index_t n) { return n == dynamic_extent ? Eigen::Dynamic : static_cast<int>(n); }
 }  // namespace detail
 
+// Weight: the compute type, or bf16 with float compute (weights stored in half the bytes and
+// widened to float inside the ops; for inference: training keeps float weights).
 template <class Compute, class Weight = Compute, class State = Compute>
 struct backend {
     static_assert(std::is_floating_point_v<Compute>, "the CPU policy computes in float or double");
-    static_assert(std::is_same_v<Weight, Compute> && std::is_same_v<State, Compute>,
-                  "the CPU policy stores weights and optimizer state in its compute type (a bf16 or int8 weight "
-                  "format is a weight type plus matmul overloads, still to come)");
+    static_assert(std::is_same_v<Weight, Compute> || (std::is_same_v<Weight, bf16> && std::is_same_v<Compute, float>),
+                  "the CPU policy stores weights in its compute type, or in bf16 with float compute");
+    static_assert(std::is_same_v<State, Compute>, "the CPU policy keeps optimizer state in its compute type");
     using T = Compute;
     using compute_type = Compute;
     using weight_type = Weight;
@@ -112,7 +116,10 @@ struct backend {
 
     // y = alpha * x . w^T + beta * y, w an [n x k] row-major weight (torch's Linear layout). The
     // output columns (weight rows) are split across threads, so each thread streams its own slice
-    // of the weight: the right split for decode (one row) and for prefill alike.
+    // of the weight: the right split for decode (a few rows of x) and for prefill alike. Up to
+    // gemv_rows rows of x run the streaming kernel (kernels::gemv_nt); more run Eigen's GEMM, on
+    // bf16 weights widened to float one cache-sized panel at a time.
+    static constexpr index_t gemv_rows = 4;
     static void matmul_nt(const context& ctx, mat<const T> x, mat<const Weight> w, mat<T> y, T alpha = T(1), T beta = T(0)) {
         check_product(x.rows(), x.cols(), w.rows(), w.cols(), y, "matmul_nt", true);
         const index_t n = w.rows();
@@ -123,17 +130,35 @@ struct backend {
             const index_t begin = t * chunk;
             const index_t end = std::min(n, begin + chunk);
             if (begin >= end) return;
+            if constexpr (std::is_same_v<T, float>)
+                if (x.rows() <= gemv_rows) return kernels::gemv_nt(x, w.rows_range(begin, end), y.cols_range(begin, end), alpha, beta);
             auto out = eigen(y.cols_range(begin, end));
-            const auto lhs = eigen(x);
-            const auto rhs = eigen(w.rows_range(begin, end));
             scale_output(out, beta);
-            if (x.rows() == 1)  // decode: a row-major matrix-vector product streams each weight row once
-                out.row(0).transpose().noalias() += alpha * (rhs * lhs.row(0).transpose());
-            else
-                for (index_t k0 = 0, width = k_panel_width(x.cols()); k0 < x.cols(); k0 += width) {
-                    const index_t kk = std::min(width, x.cols() - k0);
-                    out.noalias() += alpha * (lhs.middleCols(k0, kk) * rhs.middleCols(k0, kk).transpose());
+            const auto lhs = eigen(x);
+            const index_t width = k_panel_width(x.cols());
+            if constexpr (std::is_same_v<Weight, T>) {
+                const auto rhs = eigen(w.rows_range(begin, end));
+                if (x.rows() == 1)  // decode in double: a row-major matrix-vector product streams each weight row once
+                    out.row(0).transpose().noalias() += alpha * (rhs * lhs.row(0).transpose());
+                else
+                    for (index_t k0 = 0; k0 < x.cols(); k0 += width) {
+                        const index_t kk = std::min(width, x.cols() - k0);
+                        out.noalias() += alpha * (lhs.middleCols(k0, kk) * rhs.middleCols(k0, kk).transpose());
+                    }
+            } else {
+                // Panels of panel_rows weight rows x width columns, widened into this thread's buffer.
+                constexpr index_t panel_rows = 256;
+                matrix panel(std::min(panel_rows, end - begin), std::min(width, x.cols()));
+                for (index_t j0 = begin; j0 < end; j0 += panel_rows) {
+                    const index_t rows = std::min(panel_rows, end - j0);
+                    for (index_t k0 = 0; k0 < x.cols(); k0 += width) {
+                        const index_t kk = std::min(width, x.cols() - k0);
+                        for (index_t j = 0; j < rows; ++j) kernels::widen(w.row(j0 + j) + k0, kk, panel.row(j).data());
+                        out.middleCols(j0 - begin, rows).noalias() +=
+                            alpha * (lhs.middleCols(k0, kk) * panel.topLeftCorner(rows, kk).transpose());
+                    }
                 }
+            }
         });
     }
 
@@ -141,6 +166,10 @@ struct backend {
     // (dx = dy . W). The rows of x are split across threads.
     static void matmul_nn(const context& ctx, mat<const T> x, mat<const Weight> w, mat<T> y, T alpha = T(1), T beta = T(0)) {
         check_product(x.rows(), x.cols(), w.cols(), w.rows(), y, "matmul_nn", true);
+        if constexpr (!std::is_same_v<Weight, T>) {  // bf16 weights (inference storage): widened once, then as float
+            auto wide = widened(w);
+            return backend<T>::matmul_nn(ctx, x, wide.view().as_const(), y, alpha, beta);
+        }
         const index_t m = x.rows();
         const int threads = std::max(1, std::min<int>(ctx.threads, static_cast<int>((m + 15) / 16)));
         const index_t chunk = (m + threads - 1) / threads;
@@ -180,9 +209,14 @@ struct backend {
         using array = Eigen::Array<T, detail::eigen_extent(C), 1>;
         const index_t n = x.cols();
         parallel_for(ctx.threads, x.rows(), [&](index_t r) {
-            const Eigen::Map<const array> in(x.row(r), n), g(gain.data(), n);
+            const Eigen::Map<const array> in(x.row(r), n);
             const T inv = T(1) / std::sqrt(in.square().sum() / static_cast<T>(n) + eps);
-            Eigen::Map<array>(y.row(r), n) = in * inv * g;
+            if constexpr (std::is_same_v<Weight, T>) {
+                Eigen::Map<array>(y.row(r), n) = in * inv * Eigen::Map<const array>(gain.data(), n);
+            } else {
+                T* out = y.row(r);
+                for (index_t c = 0; c < n; ++c) out[c] = in(c) * inv * static_cast<T>(gain[c]);
+            }
         });
     }
     static void rmsnorm(const context& ctx, mat<const T> x, vec<const Weight> gain, mat<T> y, T eps) {
@@ -198,6 +232,10 @@ struct backend {
     template <index_t C>
     static void rmsnorm_backward(const context& ctx, mat<const T, C> x, vec<const Weight> gain, mat<const T, C> dy,
                                  mat<T, C> dx, vec<T> dgain, T eps, vec<T> scratch) {
+        if constexpr (!std::is_same_v<Weight, T>) {
+            const auto wide = widened(gain.as_matrix(1, gain.size()));
+            return backend<T>::template rmsnorm_backward<C>(ctx, x, vec<const T>(wide.data.data(), gain.size()), dy, dx, dgain, eps, scratch);
+        }
         using array = Eigen::Array<T, detail::eigen_extent(C), 1>;
         const index_t n = x.cols();
         const int threads = backward_threads(ctx, x.rows());
@@ -256,7 +294,8 @@ struct backend {
     // Scratch of attention(): one [tile x n_ctx] score tile per thread.
     template <index_t D>
     static index_t attention_scratch(const context& ctx, index_t q_rows, index_t n_ctx, attention_shape<D> shape) {
-        return static_cast<index_t>(std::max(1, std::min(ctx.threads, shape.heads))) * std::min(attention_tile, std::max<index_t>(q_rows, 1)) * n_ctx;
+        const index_t tiles = static_cast<index_t>(std::max(1, std::min(ctx.threads, shape.heads))) * std::min(attention_tile, std::max<index_t>(q_rows, 1));
+        return std::max<index_t>(tiles, shape.heads) * n_ctx;  // prefill: a score tile per thread; decode: a score row per head
     }
     // q: [T x H*d] (head h at column h*d); keys, values: [n_ctx x Hkv*d], the first n_ctx - T
     // positions are the past. Query row i sits at position n_ctx - T + i and sees keys 0..that
@@ -271,25 +310,7 @@ struct backend {
         const index_t tile = std::min(attention_tile, std::max<index_t>(T_q, 1));
         // Heads are independent, so a smaller scratch only means fewer threads, never other results.
         const int threads = scratch_threads(std::min(ctx.threads, shape.heads), tile * n_ctx, scratch, "attention");
-        if (T_q == 1) {  // decode: two matrix-vector products per head (Eigen's gemv needs no temporaries)
-            using vector = Eigen::Matrix<T, detail::eigen_extent(D), 1>;
-            using column = Eigen::Matrix<T, Eigen::Dynamic, 1>;
-            parallel_for(threads, threads, [&](index_t t_) {
-                const auto t = static_cast<int>(t_);
-                Eigen::Map<column> p(scratch.data() + static_cast<index_t>(t) * n_ctx, n_ctx);
-                for (int h = t; h < shape.heads; h += threads) {
-                    const index_t kv = static_cast<index_t>(h / group) * d;
-                    const head_map K(keys.data() + kv, n_ctx, d, Eigen::OuterStride<>(keys.stride()));
-                    const head_map V(values.data() + kv, n_ctx, d, Eigen::OuterStride<>(values.stride()));
-                    const Eigen::Map<const vector> query(q.row(0) + h * d, d);
-                    p.noalias() = K * query;  // (K q) * s would evaluate the product into a temporary
-                    p.array() = ((p.array() - p.maxCoeff()) * scale).exp();
-                    p /= p.sum();
-                    Eigen::Map<vector>(out.row(0) + h * d, d).noalias() = V.transpose() * p;
-                }
-            });
-            return;
-        }
+        if (T_q == 1) return attention_decode(ctx, q, keys, values, out, shape, scale, scratch);
         parallel_for(threads, threads, [&](index_t t_) {
             const auto t = static_cast<int>(t_);
             T* tile_memory = scratch.data() + static_cast<index_t>(t) * tile * n_ctx;
@@ -417,7 +438,7 @@ struct backend {
         for (index_t r = 0; r < x.rows(); ++r) {
             const Weight* src = table.row(ids[r]);
             T* dst = x.row(r);
-            for (index_t c = 0; c < table.cols(); ++c) dst[c] = scale * src[c];
+            for (index_t c = 0; c < table.cols(); ++c) dst[c] = scale * static_cast<T>(src[c]);
             for (index_t c = table.cols(); c < x.cols(); ++c) dst[c] = T(0);
         }
     }
@@ -499,11 +520,71 @@ struct backend {
         parallel_for((n > 65536) ? ctx.threads : 1, n, [&](index_t i) {
             m[i] = b1 * m[i] + c1 * grads[i];
             v[i] = b2 * v[i] + c2 * grads[i] * grads[i];
-            params[i] = params[i] * decay - step * m[i] / (std::sqrt(v[i]) / root + eps);
+            params[i] = Weight(static_cast<T>(params[i]) * decay - step * m[i] / (std::sqrt(v[i]) / root + eps));
         });
     }
 
 private:
+    // Attention of one query row (decode). Each thread takes a contiguous block of heads and sweeps
+    // the keys, then the values, row by row: every pass reads its heads' columns of each cached row
+    // front to back (reading one head down all rows instead strides across pages and ran at a third
+    // of the read bandwidth). scratch: a score row per head.
+    template <index_t D>
+    static void attention_decode(const context& ctx, mat<const T> q, mat<const T> keys, mat<const T> values, mat<T> out,
+                                 attention_shape<D> shape, T scale, vec<T> scratch) {
+        using row = Eigen::Array<T, Eigen::Dynamic, 1>;
+        const index_t n_ctx = keys.rows(), d = shape.head_dim.value();
+        const int group = shape.heads / shape.kv_heads;
+        check_size(static_cast<index_t>(shape.heads) * n_ctx, scratch.size(), "attention scratch", true);
+        const int threads = std::max(1, std::min(ctx.threads, shape.heads));
+        parallel_for(threads, threads, [&](index_t t) {
+            const int h0 = static_cast<int>(t * shape.heads / threads), h1 = static_cast<int>((t + 1) * shape.heads / threads);
+            const auto scores = [&](int h) { return Eigen::Map<row>(scratch.data() + h * n_ctx, n_ctx); };
+            for (index_t j = 0; j < n_ctx; ++j)
+                for (int h = h0; h < h1; ++h) scratch[h * n_ctx + j] = head_dot(keys.row(j) + (h / group) * d, q.row(0) + h * d, d);
+            for (int h = h0; h < h1; ++h) {
+                auto p = scores(h);
+                p = ((p - p.maxCoeff()) * scale).exp();
+                p /= p.sum();
+            }
+            T* o = out.row(0);
+            std::fill(o + h0 * d, o + h1 * d, T(0));
+            constexpr index_t block = 8;  // rows of values per pass: 8 rows of the heads' columns stay in L1
+            for (index_t j0 = 0; j0 < n_ctx; j0 += block) {
+                const index_t rows = std::min(block, n_ctx - j0);
+                for (int h = h0; h < h1; ++h) {
+                    const T* p = scratch.data() + h * n_ctx + j0;
+                    const T* v = values.row(j0) + (h / group) * d;
+                    if constexpr (std::is_same_v<T, float>) kernels::weighted_row_sum(p, v, values.stride(), rows, o + h * d, d);
+                    else
+                        for (index_t i = 0; i < rows; ++i)
+                            for (index_t c = 0; c < d; ++c) o[h * d + c] += p[i] * v[i * values.stride() + c];
+                }
+            }
+        });
+    }
+
+    static T head_dot(const T* a, const T* b, index_t d) {
+        if constexpr (std::is_same_v<T, float>) return kernels::dot(a, b, d);
+        T sum = 0;
+        for (index_t c = 0; c < d; ++c) sum += a[c] * b[c];
+        return sum;
+    }
+
+    // A weight tensor widened to the compute type, for the ops that bf16 storage only passes through
+    // (the backward ones: a model with bf16 weights is for inference).
+    struct widened_matrix {
+        std::vector<T> data;
+        index_t rows = 0, cols = 0;
+        mat<T> view() { return vec<T>(data.data(), rows * cols).as_matrix(rows, cols); }
+    };
+    static widened_matrix widened(mat<const Weight> w) {
+        widened_matrix out{std::vector<T>(static_cast<std::size_t>(w.rows() * w.cols())), w.rows(), w.cols()};
+        for (index_t r = 0; r < w.rows(); ++r)
+            for (index_t c = 0; c < w.cols(); ++c) out.data[static_cast<std::size_t>(r * w.cols() + c)] = static_cast<T>(w.row(r)[c]);
+        return out;
+    }
+
     // f(i) for i in [0, n), split statically over `threads` OpenMP threads; with one thread (or one
     // item) on the calling thread, without entering the OpenMP runtime at all.
     template <class F>
@@ -536,5 +617,6 @@ private:
 
 static_assert(backend_policy<backend<float>>);
 static_assert(backend_policy<backend<double>>);
+static_assert(backend_policy<backend<float, bf16>>);
 
 }  // namespace vwt::cpu
