@@ -27,7 +27,8 @@
 namespace {
 
 using backend = vwt::cpu::backend<float>;
-using bf16_backend = vwt::cpu::backend<float, vwt::bf16>;  // weights stored in bf16, widened in the kernels
+using bf16_backend = vwt::cpu::backend<float, vwt::bf16>;    // weights stored in bf16, widened in the kernels
+using q8_backend = vwt::cpu::backend<float, vwt::q8_block>;  // 8-bit weights, a float scale per 32
 constexpr int threads = 2;
 constexpr int prefill_tokens = 256;
 constexpr int decode_context = 256;
@@ -62,7 +63,7 @@ const vwt::model<B>& bench_model(bool uniform) {
     auto& m = models[uniform];
     if (!m) {
         auto c = vwt::model_config::mup(bench_schedule(uniform));
-        m = std::make_unique<vwt::model<B>>(c, vwt::convert_elements<typename B::weight_type>(bench_parameters(c)));
+        m = std::make_unique<vwt::model<B>>(c, vwt::convert_parameters<typename B::weight_type>(vwt::parameter_layout(c), bench_parameters(c)));
     }
     return *m;
 }
@@ -300,7 +301,7 @@ void paired_prefill(benchmark::State& state) {
 }
 BENCHMARK(paired_prefill)->Iterations(16)->UseManualTime()->Unit(benchmark::kMillisecond);
 
-// Decode with weights stored as B::weight_type (f32 or bf16), against the read bound of its bytes.
+// Decode with weights stored as B::weight_type (f32, bf16, q8), against the read bound of its bytes.
 template <class B>
 void paired_decode(benchmark::State& state) {
     decode_runner<vwt::model<B>> dx(bench_model<B>(false)), du(bench_model<B>(true));
@@ -326,10 +327,12 @@ void paired_decode(benchmark::State& state) {
 }
 BENCHMARK(paired_decode<backend>)->Name("paired_decode/f32")->Iterations(60)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(paired_decode<bf16_backend>)->Name("paired_decode/bf16")->Iterations(60)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(paired_decode<q8_backend>)->Name("paired_decode/q8")->Iterations(60)->UseManualTime()->Unit(benchmark::kMillisecond);
 
-// Prefill with bf16 weights beside f32 weights, alternated: what widening the weights costs.
-void paired_prefill_bf16(benchmark::State& state) {
-    prefill_runner<vwt::model<bf16_backend>> hx(bench_model<bf16_backend>(false)), hu(bench_model<bf16_backend>(true));
+// Prefill with weights stored as B::weight_type, alternated with f32 weights: what widening costs.
+template <class B>
+void paired_prefill_format(benchmark::State& state) {
+    prefill_runner<vwt::model<B>> hx(bench_model<B>(false)), hu(bench_model<B>(true));
     prefill_runner<vwt::model<backend>> fx(bench_model(false));
     double thx = 1e9, thu = 1e9, tfx = 1e9;
     for (auto _ : state) {
@@ -343,7 +346,8 @@ void paired_prefill_bf16(benchmark::State& state) {
     state.counters["u_GFLOPs"] = prefill_flops(bench_schedule(true), prefill_tokens) / thu / 1e9;
     state.counters["x_f32_tokens_per_s"] = prefill_tokens / tfx;
 }
-BENCHMARK(paired_prefill_bf16)->Iterations(12)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(paired_prefill_format<bf16_backend>)->Name("paired_prefill_format/bf16")->Iterations(12)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(paired_prefill_format<q8_backend>)->Name("paired_prefill_format/q8")->Iterations(12)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 // The ><former with static extents (static_model) against the same model with dynamic ones,
 // alternated in each iteration: what the compile-time widths buy.
@@ -417,7 +421,7 @@ int main(int argc, char** argv) {
             if (const double g = counter("paired_prefill", (w + "_" + library_name(l) + "_GFLOPs").c_str()); g > 0)
                 std::printf(" %.0f%% of %s (%.1f)", 100 * p / g, library_name(l), g);
         std::printf(" same-shape GFLOP/s\n");
-        for (const char* format : {"f32", "bf16"}) {
+        for (const char* format : {"f32", "bf16", "q8"}) {
             const std::string bench = std::string("paired_decode/") + format;
             const double d = counter(bench, (w + "_tokens_per_s").c_str());
             const double bound = counter(bench, (w + "_bound_tokens_per_s").c_str());
@@ -425,8 +429,11 @@ int main(int argc, char** argv) {
                 std::printf("%-8s decode %-4s weights %.1f tok/s = %.0f%% of the read-bandwidth bound %.1f tok/s (read %.1f GB/s)\n", "",
                             format, d, 100 * d / bound, bound, counter(bench, "read_GBs"));
         }
-        if (const double h = counter("paired_prefill_bf16", (w + "_tokens_per_s").c_str()); h > 0)
-            std::printf("%-8s prefill bf16 weights %.0f tok/s, %.1f GFLOP/s\n", "", h, counter("paired_prefill_bf16", (w + "_GFLOPs").c_str()));
+        for (const char* format : {"bf16", "q8"}) {
+            const std::string bench = std::string("paired_prefill_format/") + format;
+            if (const double h = counter(bench, (w + "_tokens_per_s").c_str()); h > 0)
+                std::printf("%-8s prefill %-4s weights %.0f tok/s, %.1f GFLOP/s\n", "", format, h, counter(bench, (w + "_GFLOPs").c_str()));
+        }
     }
     if (const double sp = counter("paired_static_dynamic", "static_prefill_tokens_per_s"); sp > 0)
         std::printf("><former static extents / dynamic: prefill %.0f / %.0f tok/s (%+.1f%%), decode %.1f / %.1f tok/s (%+.1f%%)\n", sp,

@@ -164,3 +164,66 @@ TEST_CASE("matmul_nt with bf16 weights equals a brute-force sum over the rounded
                         check(y, want);
                     }
 }
+
+TEST_CASE("q8 blocks: scale max|x| / 127, weights rounded to the nearest step, exact extremes") {
+    std::mt19937 rng(5);
+    std::normal_distribution<float> normal;
+    for (int trial = 0; trial < 2000; ++trial) {
+        float x[32];
+        const float spread = std::ldexp(1.0f, trial % 40 - 20);
+        for (auto& v : x) v = spread * normal(rng);
+        if (trial % 7 == 0) x[trial % 32] = 0;
+        const auto b = vwt::q8_block::quantize(x);
+        double amax = 0;
+        for (float v : x) amax = std::max(amax, std::abs(static_cast<double>(v)));
+        REQUIRE(b.scale == static_cast<float>(amax) / 127.0f);
+        for (int i = 0; i < 32; ++i) {
+            INFO("trial " << trial << " weight " << i);
+            // nearest multiple of the scale, computed in double
+            const double want = std::nearbyint(static_cast<double>(x[i]) / b.scale);
+            REQUIRE(std::abs(static_cast<double>(b.q[i]) - want) <= (std::abs(std::abs(x[i] / b.scale - want) - 0.5) < 1e-4 ? 1 : 0));
+            REQUIRE(std::abs(b[i] - x[i]) <= 0.5001 * b.scale);
+            if (std::abs(x[i]) == static_cast<float>(amax)) REQUIRE(std::abs(b.q[i]) == 127);
+        }
+    }
+    float zeros[32] = {};
+    const auto z = vwt::q8_block::quantize(zeros);
+    CHECK(z.scale == 0.0f);
+    CHECK(z[5] == 0.0f);
+    float bad[32] = {};
+    bad[3] = std::numeric_limits<float>::infinity();
+    CHECK_THROWS_WITH(vwt::q8_block::quantize(bad), Catch::Matchers::Contains("non-finite"));
+    CHECK_THROWS_WITH(vwt::convert_elements<vwt::q8_block>(std::vector<float>(40)), Catch::Matchers::Contains("not a whole number of blocks"));
+}
+
+TEST_CASE("matmul_nt with q8 weights equals a brute-force sum over the dequantized weights") {
+    using Q = vwt::cpu::backend<float, vwt::q8_block>;
+    std::mt19937 rng(13);
+    const float alpha = 0.5f;
+    for (const vwt::index_t k : {32, 96, 800, 1600})  // whole blocks; 800 and 1600 cross the panel split
+        for (const vwt::index_t m : {1, 3, 4, 5, 64})
+            for (const vwt::index_t n : {1, 33, 300})
+                for (const float beta : {0.0f, 0.5f})
+                    for (const int threads : {1, 2}) {
+                        INFO("k " << k << " m " << m << " n " << n << " beta " << beta << " threads " << threads);
+                        strided x(m, k, rng), y(m, n, rng);
+                        const vwt::index_t blocks = k / 32, stride = blocks + 2;  // rows of blocks inside a wider buffer
+                        std::vector<float> wf(static_cast<std::size_t>(n * k));
+                        std::normal_distribution<float> normal;
+                        for (auto& v : wf) v = normal(rng);
+                        std::vector<vwt::q8_block> w(static_cast<std::size_t>(n * stride));
+                        for (vwt::index_t r = 0; r < n; ++r)
+                            for (vwt::index_t b = 0; b < blocks; ++b)
+                                w[static_cast<std::size_t>(r * stride + b)] = vwt::q8_block::quantize(&wf[static_cast<std::size_t>(r * k + b * 32)]);
+                        if (beta == 0.0f)
+                            for (auto& v : y.data) v = std::numeric_limits<float>::quiet_NaN();
+                        const auto dequantized = [&](vwt::index_t j, vwt::index_t c) {
+                            const auto& b = w[static_cast<std::size_t>(c * stride + j / 32)];
+                            return static_cast<double>(b.scale) * b.q[j % 32];
+                        };
+                        const auto want = brute_force(m, n, k, [&](auto r, auto j) { return x.at(r, j); }, dequantized, alpha, beta, y);
+                        Q::matmul_nt({threads}, x.view(), vwt::host_matrix<const vwt::q8_block>{w.data(), n, blocks, stride}, y.view(), alpha,
+                                     beta);
+                        check(y, want);
+                    }
+}

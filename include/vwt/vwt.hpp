@@ -23,6 +23,6 @@
 #include "model/model.hpp"
 #include "params/init.hpp"
 #include "params/layout.hpp"
-#include "tensor/bf16.hpp"
+#include "tensor/weight_format.hpp"
 #include "tensor/residual.hpp"
 #include "tensor/view.hpp"

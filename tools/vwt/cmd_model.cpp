@@ -24,8 +24,8 @@ io::dtype parse_dtype(const std::string& flag, const std::string& name) {
 
 template <class B>
 model<B> load(const std::string& dir, const typename B::context& ctx) {
-    auto m = io::load_model_dir(dir, [](const std::string& warning) { std::cerr << "vwt: warning: " << warning << '\n'; });
-    return model<B>(std::move(m.config), m.params, ctx);
+    return make_model<B>(io::load_model_dir(dir, [](const std::string& warning) { std::cerr << "vwt: warning: " << warning << '\n'; }),
+                         ctx);
 }
 
 }  // namespace
@@ -84,7 +84,8 @@ void add_model_commands(CLI::App& app) {
         cmd->add_option("--top-p", o->top_p, "keep the smallest set of probability >= p");
         cmd->add_option("--seed", o->seed, "sampling seed");
         o->device.add_to(*cmd);
-        cmd->callback([o] { o->device.run([&]<class B>(const typename B::context& ctx) {
+        o->device.add_weights_to(*cmd);
+        cmd->callback([o] { o->device.run_inference([&]<class B>(const typename B::context& ctx) {
             const auto m = load<B>(o->model, ctx);
             const io::byte_tokenizer tok(m.vocab());
             const auto prompt = tok.encode(o->prompt);
@@ -122,7 +123,8 @@ void add_model_commands(CLI::App& app) {
         cmd->add_option("--tokens", o->tokens, "token ids, comma separated")->required();
         cmd->add_option("--out", o->out, "output file")->required();
         o->device.add_to(*cmd);
-        cmd->callback([o] { o->device.run([&]<class B>(const typename B::context& ctx) {
+        o->device.add_weights_to(*cmd);
+        cmd->callback([o] { o->device.run_inference([&]<class B>(const typename B::context& ctx) {
             const auto m = load<B>(o->model, ctx);
             const auto tokens = io::parse_token_ids(o->tokens, m.vocab(), "--tokens");
             if (static_cast<int>(tokens.size()) > m.schedule().dims.context)

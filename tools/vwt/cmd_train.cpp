@@ -152,14 +152,15 @@ void add_train_commands(CLI::App& app) {
         cmd->add_option("--seq", o->seq, "sequence length");
         cmd->add_option("--validation", o->validation, "held-out fraction at the end of the corpus");
         o->device.add_to(*cmd);
+        o->device.add_weights_to(*cmd);
         cmd->callback([o] {
             auto loaded = io::load_model_dir(o->model);
             if (o->seq > loaded.config.schedule.dims.context)
                 detail::fail("--seq: ", o->seq, " is above the model's context of ", loaded.config.schedule.dims.context);
             auto tokens = train::read_tokens(o->data, parse_token_format(o->format), loaded.config.schedule.dims.vocab);
             const train::window_loader data(std::move(tokens), o->seq, o->validation, 0, o->data);
-            o->device.run([&]<class B>(const typename B::context& ctx) {
-                const model<B> m(std::move(loaded.config), loaded.params, ctx);
+            o->device.run_inference([&]<class B>(const typename B::context& ctx) {
+                const auto m = make_model<B>(std::move(loaded), ctx);
                 const double loss = train::validation_loss(ctx, m, data);
                 std::cout << "validation loss " << loss << " perplexity " << std::exp(loss) << " over " << data.validation_windows()
                           << " windows of " << o->seq << " tokens\n";

@@ -1,11 +1,13 @@
-// --device, --threads, --gpu and --gemm: where a command computes, and the policy that runs it.
+// --device, --threads, --gpu, --gemm and (inference) --weights: where a command computes, and the
+// policy that runs it.
 #pragma once
 
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include <CLI/CLI.hpp>
-#include <vwt/backend/cpu/backend.hpp>
-#include <vwt/error.hpp>
+#include <vwt/vwt.hpp>
 #if defined(VWT_CLI_WITH_CUDA)
 #include <vwt/backend/cuda/backend.hpp>
 #endif
@@ -17,6 +19,13 @@ struct device_flags {
     int threads = 1;
     int gpu = 0;
     std::string gemm = "fp32";
+    std::string weights = "f32";
+
+    // --weights, for the commands that only run a model (generate, logits, eval, bench).
+    void add_weights_to(CLI::App& cmd) {
+        cmd.add_option("--weights", weights,
+                       "how the CPU keeps the weights: f32, bf16 (half the bytes) or q8 (8 bits + a scale per 32 weights)");
+    }
 
     void add_to(CLI::App& cmd) {
         cmd.add_option("--device", device, "where to compute: cpu, or cuda (a build with -DVWT_WITH_CUDA=ON)");
@@ -25,11 +34,33 @@ struct device_flags {
         cmd.add_option("--gemm", gemm, "GPU matrix products: fp32, tf32 or bf16 tensor cores with fp32 accumulation (--device cuda)");
     }
 
-    // Calls f.template operator()<B>(ctx) with the float policy B that --device names.
+    // Calls f.template operator()<B>(ctx) with the float-weight policy B that --device names (the
+    // training commands).
     template <class F>
     void run(F&& f) const {
+        dispatch<false>(std::forward<F>(f));
+    }
+    // The same, with --weights choosing the CPU policy's weight format (the inference commands).
+    template <class F>
+    void run_inference(F&& f) const {
+        dispatch<true>(std::forward<F>(f));
+    }
+
+private:
+    template <bool WeightFormats, class F>
+    void dispatch(F&& f) const {
         if (threads < 1) detail::fail("--threads: must be at least 1, got ", threads);
-        if (device == "cpu") return f.template operator()<cpu::backend<float>>(cpu::context{threads});
+        if (weights != "f32" && weights != "bf16" && weights != "q8")
+            detail::fail("--weights: unknown format '", weights, "' (f32, bf16, q8)");
+        if (weights != "f32" && device != "cpu")
+            detail::fail("--weights ", weights, ": only --device cpu keeps weights in bf16 or q8 (on CUDA, --gemm bf16 runs bf16 tensor cores)");
+        if (device == "cpu") {
+            if constexpr (WeightFormats) {
+                if (weights == "bf16") return f.template operator()<cpu::backend<float, bf16>>(cpu::context{threads});
+                if (weights == "q8") return f.template operator()<cpu::backend<float, q8_block>>(cpu::context{threads});
+            }
+            return f.template operator()<cpu::backend<float>>(cpu::context{threads});
+        }
         if (device == "cuda") {
 #if defined(VWT_CLI_WITH_CUDA)
             cuda::context_options options;
@@ -47,5 +78,18 @@ struct device_flags {
         detail::fail("--device: unknown device '", device, "' (cpu, cuda)");
     }
 };
+
+// The model of a loaded directory on policy B, its float weights converted to B's weight format.
+template <class B>
+model<B> make_model(io::loaded_model loaded, const typename B::context& ctx) {
+    using W = typename B::weight_type;
+    if constexpr (std::is_same_v<W, float>) {
+        return model<B>(std::move(loaded.config), loaded.params, ctx);
+    } else {
+        const auto stored = convert_parameters<W>(parameter_layout(loaded.config), loaded.params);
+        loaded.params = {};
+        return model<B>(std::move(loaded.config), stored, ctx);
+    }
+}
 
 }  // namespace vwt::cli

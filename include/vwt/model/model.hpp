@@ -173,9 +173,11 @@ public:
 protected:
     model_core(model_config c, std::span<const W> host_params, const context& ctx)
         : config_(std::move(c)), layout_(config_), resize_(config_.schedule, config_.resize) {
-        if (static_cast<std::int64_t>(host_params.size()) != layout_.size())
-            vwt::detail::fail("model: ", host_params.size(), " parameters given, the schedule needs ", layout_.size());
-        params_ = typename B::template buffer<W>(layout_.size());
+        constexpr index_t per_item = elements_per_item<W>;  // 32 weights per q8 block
+        if (static_cast<std::int64_t>(host_params.size()) * per_item != layout_.size())
+            vwt::detail::fail("model: ", static_cast<std::int64_t>(host_params.size()) * per_item, " parameters given, the schedule needs ",
+                              layout_.size());
+        params_ = typename B::template buffer<W>(layout_.size() / per_item);
         B::upload(ctx, host_params, params_.view());
         const tensor_binder<const W, M> b(layout_, params_.view());
         embedding_ = {embedding_tensors<const W, M>::bind(b), T(config_.m_emb)};

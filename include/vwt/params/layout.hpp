@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "../error.hpp"
 #include "../model/config.hpp"
 #include "../tensor/view.hpp"
+#include "../tensor/weight_format.hpp"
 
 namespace vwt {
 
@@ -87,23 +89,46 @@ private:
     std::int64_t size_ = 0;
 };
 
+// Float parameters laid out by `layout` in the weight format W (float, bf16, q8_block), checking
+// first that every tensor's rows are whole q8 blocks when W is q8 (the error names the tensor).
+template <class W>
+std::vector<W> convert_parameters(const parameter_layout& layout, std::span<const float> params) {
+    if (static_cast<std::int64_t>(params.size()) != layout.size())
+        detail::fail("converting parameters: ", params.size(), " given, the layout has ", layout.size());
+    constexpr index_t per_item = elements_per_item<W>;
+    for (const auto& t : layout.tensors())
+        if (t.shape.back() % per_item != 0)
+            detail::fail("tensor '", t.name, "': rows of ", t.shape.back(), " weights are not whole blocks of ", per_item,
+                         " (q8 weights need every width, and heads times head dim, to be a multiple of ", per_item, ")");
+    return convert_elements<W>(params);
+}
+
 // Views of one tensor inside a buffer laid out like the parameters (parameters, gradients,
-// optimizer moments share the layout), bound once by name when a layer is built.
+// optimizer moments share the layout), bound once by name when a layer is built. In a buffer of
+// q8 blocks a view counts blocks: a matrix's columns are its rows' blocks.
 template <class E, memory_space M>
 class tensor_binder {
 public:
+    static constexpr index_t per_item = elements_per_item<E>;
+
     tensor_binder(const parameter_layout& layout, vector_view<E, M> buffer) : layout_(layout), buffer_(buffer) {
-        if (buffer.size() != layout.size())
-            detail::fail("binding tensors: a buffer of ", buffer.size(), " elements for a layout of ", layout.size());
+        if (buffer.size() * per_item != layout.size())
+            detail::fail("binding tensors: a buffer of ", buffer.size() * per_item, " weights for a layout of ", layout.size());
     }
     matrix_view<E, M> matrix(const std::string& name) const {
         const auto& t = layout_.at(name);
         if (t.shape.size() != 2) detail::fail("tensor '", name, "' is not a matrix");
-        return buffer_.subview(t.offset, t.numel()).as_matrix(t.shape[0], t.shape[1]);
+        if (t.shape[1] % per_item != 0)
+            detail::fail("tensor '", name, "': rows of ", t.shape[1], " weights are not whole blocks of ", per_item,
+                         " (q8 weights need every width and head count times head dim to be a multiple of ", per_item, ")");
+        return buffer_.subview(t.offset / per_item, t.numel() / per_item).as_matrix(t.shape[0], t.shape[1] / per_item);
     }
     vector_view<E, M> vector(const std::string& name) const {
         const auto& t = layout_.at(name);
-        return buffer_.subview(t.offset, t.numel());
+        if (t.numel() % per_item != 0)
+            detail::fail("tensor '", name, "': ", t.numel(), " weights are not whole blocks of ", per_item,
+                         " (q8 weights need every width to be a multiple of ", per_item, ")");
+        return buffer_.subview(t.offset / per_item, t.numel() / per_item);
     }
     const parameter_layout& layout() const { return layout_; }
 

@@ -4,9 +4,7 @@
 
 #include <bit>
 #include <cstdint>
-#include <span>
 #include <type_traits>
-#include <vector>
 
 namespace vwt {
 
@@ -33,15 +31,5 @@ private:
     }
 };
 static_assert(sizeof(bf16) == 2 && std::is_trivially_copyable_v<bf16>);
-
-// Each element rounded to the weight type W (float: a copy), for a model whose policy stores
-// weights in W built from float parameters.
-template <class W>
-std::vector<W> convert_elements(std::span<const float> from) {
-    std::vector<W> out;
-    out.reserve(from.size());
-    for (float f : from) out.push_back(W(f));
-    return out;
-}
 
 }  // namespace vwt

@@ -50,18 +50,21 @@ namespace detail {
 constexpr int eigen_extent(index_t n) { return n == dynamic_extent ? Eigen::Dynamic : static_cast<int>(n); }
 }  // namespace detail
 
-// Weight: the compute type, or bf16 with float compute (weights stored in half the bytes and
-// widened to float inside the ops; for inference: training keeps float weights).
+// Weight: the compute type, or with float compute bf16 (half the bytes) or q8_block (8 bits and a
+// scale per 32 weights), widened to float inside the ops. bf16 and q8 are inference formats:
+// training keeps float weights (a q8 optimizer step is an error).
 template <class Compute, class Weight = Compute, class State = Compute>
 struct backend {
     static_assert(std::is_floating_point_v<Compute>, "the CPU policy computes in float or double");
-    static_assert(std::is_same_v<Weight, Compute> || (std::is_same_v<Weight, bf16> && std::is_same_v<Compute, float>),
-                  "the CPU policy stores weights in its compute type, or in bf16 with float compute");
+    static_assert(std::is_same_v<Weight, Compute> ||
+                      (std::is_same_v<Compute, float> && (std::is_same_v<Weight, bf16> || std::is_same_v<Weight, q8_block>)),
+                  "the CPU policy stores weights in its compute type, or in bf16 or q8 blocks with float compute");
     static_assert(std::is_same_v<State, Compute>, "the CPU policy keeps optimizer state in its compute type");
     using T = Compute;
     using compute_type = Compute;
     using weight_type = Weight;
     using state_type = State;
+    static constexpr index_t per_item = elements_per_item<Weight>;  // weights per stored item: 32 for q8
     using memory = host_memory;
     using context = vwt::cpu::context;
     template <class U>
@@ -106,12 +109,12 @@ struct backend {
     // The longest stretch of the inner dimension handed to one Eigen product. Above ~800, Eigen's
     // blocking halves k and makes the weight block as tall as the whole product, which ran 10-15%
     // slower (2-core AVX-512, M = 256) than two products of k <= 768 summed; the split into equal
-    // panels, a multiple of 16 floats wide, keeps every product in the fast regime.
+    // panels, a multiple of 32 floats wide (whole q8 blocks), keeps every product in the fast regime.
     static constexpr index_t gemm_k_panel = 768;
     static index_t k_panel_width(index_t k) {
         if (k <= gemm_k_panel) return k;
         const index_t panels = (k + gemm_k_panel - 1) / gemm_k_panel;
-        return ((k + panels - 1) / panels + 15) / 16 * 16;
+        return ((k + panels - 1) / panels + 31) / 32 * 32;
     }
 
     // y = alpha * x . w^T + beta * y, w an [n x k] row-major weight (torch's Linear layout). The
@@ -121,7 +124,7 @@ struct backend {
     // bf16 weights widened to float one cache-sized panel at a time.
     static constexpr index_t gemv_rows = 4;
     static void matmul_nt(const context& ctx, mat<const T> x, mat<const Weight> w, mat<T> y, T alpha = T(1), T beta = T(0)) {
-        check_product(x.rows(), x.cols(), w.rows(), w.cols(), y, "matmul_nt", true);
+        check_product(x.rows(), x.cols(), w.rows(), w.cols() * per_item, y, "matmul_nt", true);
         const index_t n = w.rows();
         const int threads = std::max(1, std::min<int>(ctx.threads, static_cast<int>((n + 63) / 64)));
         const index_t chunk = ((n + threads - 1) / threads + 15) / 16 * 16;
@@ -153,7 +156,7 @@ struct backend {
                     const index_t rows = std::min(panel_rows, end - j0);
                     for (index_t k0 = 0; k0 < x.cols(); k0 += width) {
                         const index_t kk = std::min(width, x.cols() - k0);
-                        for (index_t j = 0; j < rows; ++j) kernels::widen(w.row(j0 + j) + k0, kk, panel.row(j).data());
+                        for (index_t j = 0; j < rows; ++j) kernels::widen(w.row(j0 + j) + k0 / per_item, kk, panel.row(j).data());
                         out.middleCols(j0 - begin, rows).noalias() +=
                             alpha * (lhs.middleCols(k0, kk) * panel.topLeftCorner(rows, kk).transpose());
                     }
@@ -165,7 +168,7 @@ struct backend {
     // y = alpha * x . w + beta * y, w [k x n] row-major: the input gradient of a Linear layer
     // (dx = dy . W). The rows of x are split across threads.
     static void matmul_nn(const context& ctx, mat<const T> x, mat<const Weight> w, mat<T> y, T alpha = T(1), T beta = T(0)) {
-        check_product(x.rows(), x.cols(), w.cols(), w.rows(), y, "matmul_nn", true);
+        check_product(x.rows(), x.cols(), w.cols() * per_item, w.rows(), y, "matmul_nn", true);
         if constexpr (!std::is_same_v<Weight, T>) {  // bf16 weights (inference storage): widened once, then as float
             auto wide = widened(w);
             return backend<T>::matmul_nn(ctx, x, wide.view().as_const(), y, alpha, beta);
@@ -215,7 +218,7 @@ struct backend {
                 Eigen::Map<array>(y.row(r), n) = in * inv * Eigen::Map<const array>(gain.data(), n);
             } else {
                 T* out = y.row(r);
-                for (index_t c = 0; c < n; ++c) out[c] = in(c) * inv * static_cast<T>(gain[c]);
+                for (index_t c = 0; c < n; ++c) out[c] = in(c) * inv * weight_at(gain.data(), c);
             }
         });
     }
@@ -234,7 +237,7 @@ struct backend {
                                  mat<T, C> dx, vec<T> dgain, T eps, vec<T> scratch) {
         if constexpr (!std::is_same_v<Weight, T>) {
             const auto wide = widened(gain.as_matrix(1, gain.size()));
-            return backend<T>::template rmsnorm_backward<C>(ctx, x, vec<const T>(wide.data.data(), gain.size()), dy, dx, dgain, eps, scratch);
+            return backend<T>::template rmsnorm_backward<C>(ctx, x, vec<const T>(wide.data.data(), wide.cols), dy, dx, dgain, eps, scratch);
         }
         using array = Eigen::Array<T, detail::eigen_extent(C), 1>;
         const index_t n = x.cols();
@@ -435,11 +438,12 @@ struct backend {
     // ---- embedding: rows of x = scale * table[ids] (columns [0, table.cols)), the rest zero.
     static void embed(const context&, mat<const Weight> table, vec<const int> ids, mat<T> x, T scale) {
         check_size(x.rows(), ids.size(), "embed ids");
+        const index_t h = table.cols() * per_item;
         for (index_t r = 0; r < x.rows(); ++r) {
             const Weight* src = table.row(ids[r]);
             T* dst = x.row(r);
-            for (index_t c = 0; c < table.cols(); ++c) dst[c] = scale * static_cast<T>(src[c]);
-            for (index_t c = table.cols(); c < x.cols(); ++c) dst[c] = T(0);
+            for (index_t c = 0; c < h; ++c) dst[c] = scale * static_cast<T>(weight_at(src, c));
+            for (index_t c = h; c < x.cols(); ++c) dst[c] = T(0);
         }
     }
     // table rows += scale * the first table.cols columns of dx's rows, row ids[r] for row r, in row
@@ -512,16 +516,20 @@ struct backend {
         out[0] = sq;
     }
     static void adamw(const context& ctx, vec<Weight> params, vec<const T> grads, vec<State> m, vec<State> v, adamw_update u) {
-        check_size(params.size(), grads.size(), "adamw gradients");
-        const T b1 = static_cast<T>(u.beta1), b2 = static_cast<T>(u.beta2), c1 = static_cast<T>(1 - u.beta1),
-                c2 = static_cast<T>(1 - u.beta2), decay = static_cast<T>(u.decay), step = static_cast<T>(u.step_size),
-                root = static_cast<T>(u.root_bias2), eps = static_cast<T>(u.eps);
-        const index_t n = params.size();
-        parallel_for((n > 65536) ? ctx.threads : 1, n, [&](index_t i) {
-            m[i] = b1 * m[i] + c1 * grads[i];
-            v[i] = b2 * v[i] + c2 * grads[i] * grads[i];
-            params[i] = Weight(static_cast<T>(params[i]) * decay - step * m[i] / (std::sqrt(v[i]) / root + eps));
-        });
+        if constexpr (per_item > 1) {
+            vwt::detail::fail("adamw: q8 weights are an inference format; train with float weights and quantize the result");
+        } else {
+            check_size(params.size(), grads.size(), "adamw gradients");
+            const T b1 = static_cast<T>(u.beta1), b2 = static_cast<T>(u.beta2), c1 = static_cast<T>(1 - u.beta1),
+                    c2 = static_cast<T>(1 - u.beta2), decay = static_cast<T>(u.decay), step = static_cast<T>(u.step_size),
+                    root = static_cast<T>(u.root_bias2), eps = static_cast<T>(u.eps);
+            const index_t n = params.size();
+            parallel_for((n > 65536) ? ctx.threads : 1, n, [&](index_t i) {
+                m[i] = b1 * m[i] + c1 * grads[i];
+                v[i] = b2 * v[i] + c2 * grads[i] * grads[i];
+                params[i] = Weight(static_cast<T>(params[i]) * decay - step * m[i] / (std::sqrt(v[i]) / root + eps));
+            });
+        }
     }
 
 private:
@@ -579,9 +587,9 @@ private:
         mat<T> view() { return vec<T>(data.data(), rows * cols).as_matrix(rows, cols); }
     };
     static widened_matrix widened(mat<const Weight> w) {
-        widened_matrix out{std::vector<T>(static_cast<std::size_t>(w.rows() * w.cols())), w.rows(), w.cols()};
-        for (index_t r = 0; r < w.rows(); ++r)
-            for (index_t c = 0; c < w.cols(); ++c) out.data[static_cast<std::size_t>(r * w.cols() + c)] = static_cast<T>(w.row(r)[c]);
+        const index_t cols = w.cols() * per_item;
+        widened_matrix out{std::vector<T>(static_cast<std::size_t>(w.rows() * cols)), w.rows(), cols};
+        for (index_t r = 0; r < w.rows(); ++r) kernels::widen(w.row(r), cols, out.data.data() + r * cols);
         return out;
     }
 
@@ -618,5 +626,6 @@ private:
 static_assert(backend_policy<backend<float>>);
 static_assert(backend_policy<backend<double>>);
 static_assert(backend_policy<backend<float, bf16>>);
+static_assert(backend_policy<backend<float, q8_block>>);
 
 }  // namespace vwt::cpu

@@ -1,5 +1,5 @@
-// The CPU policy's weight-format kernels: float activations against weights stored as float or
-// bf16, widened to float in registers. x86 builds use AVX-512 or AVX2 when the compiler targets
+// The CPU policy's weight-format kernels: float activations against weights stored as float, bf16
+// or q8 blocks, widened to float in registers. x86 builds use AVX-512 or AVX2 when the compiler targets
 // them (-march=native for vwt's own binaries, the user's flags for an embedder); other targets
 // use the portable loops, which give the same sums in a different order.
 #pragma once
@@ -12,7 +12,7 @@
 #include <immintrin.h>
 #endif
 
-#include "../../tensor/bf16.hpp"
+#include "../../tensor/weight_format.hpp"
 #include "../../tensor/view.hpp"
 
 namespace vwt::cpu::kernels {
@@ -27,6 +27,11 @@ inline void widen(const bf16* w, index_t n, float* out) {
                                       _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + c))), 16)));
 #endif
     for (; c < n; ++c) out[c] = static_cast<float>(w[c]);
+}
+// n a multiple of 32 (a whole number of blocks).
+inline void widen(const q8_block* w, index_t n, float* out) {
+    for (index_t b = 0; b < n / q8_block::size; ++b)
+        for (index_t i = 0; i < q8_block::size; ++i) out[b * q8_block::size + i] = w[b].scale * static_cast<float>(w[b].q[i]);
 }
 
 namespace detail {
@@ -101,6 +106,46 @@ inline float dot(const W* w, const float* x, index_t k) {
     return sum;
 }
 
+// dot(w, x) over k weights in k / 32 q8 blocks: per block, the 32 products summed in float, then
+// scaled and added to one of two running sums.
+inline float dot(const q8_block* w, const float* x, index_t k) {
+    const index_t blocks = k / q8_block::size;
+    index_t b = 0;
+    float sum = 0.0f;
+#if defined(__AVX512F__)
+    const auto block = [&](index_t i, __m512 acc) {
+        const auto* q = reinterpret_cast<const __m128i*>(w[i].q);
+        const float* xb = x + i * q8_block::size;
+        __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q))), _mm512_loadu_ps(xb));
+        t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q + 1))), _mm512_loadu_ps(xb + 16), t);
+        return _mm512_fmadd_ps(_mm512_set1_ps(w[i].scale), t, acc);
+    };
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+    for (; b + 4 <= blocks; b += 4) a0 = block(b, a0), a1 = block(b + 1, a1), a2 = block(b + 2, a2), a3 = block(b + 3, a3);
+    for (; b < blocks; ++b) a0 = block(b, a0);
+    sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+#elif defined(__AVX2__) && defined(__FMA__)
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    for (; b < blocks; ++b) {
+        const float* xb = x + b * q8_block::size;
+        __m256 t = _mm256_setzero_ps();
+        for (int part = 0; part < 4; ++part) {
+            const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w[b].q + 8 * part));
+            t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), _mm256_loadu_ps(xb + 8 * part), t);
+        }
+        if (b % 2) a1 = _mm256_fmadd_ps(_mm256_set1_ps(w[b].scale), t, a1);
+        else a0 = _mm256_fmadd_ps(_mm256_set1_ps(w[b].scale), t, a0);
+    }
+    sum = detail::vsum(_mm256_add_ps(a0, a1));
+#endif
+    for (; b < blocks; ++b) {
+        float t = 0.0f;
+        for (index_t i = 0; i < q8_block::size; ++i) t += static_cast<float>(w[b].q[i]) * x[b * q8_block::size + i];
+        sum += w[b].scale * t;
+    }
+    return sum;
+}
+
 // y += sum over i < rows of a[i] * x[i * stride + c], for c < n: a block of weighted rows summed in
 // registers, each chunk of y loaded and stored once per block (attention's values).
 inline void weighted_row_sum(const float* a, const float* x, index_t stride, index_t rows, float* y, index_t n) {
@@ -130,7 +175,7 @@ template <class W>
 inline void gemv_nt(matrix_view<const float, host_memory> x, matrix_view<const W, host_memory> w,
                     matrix_view<float, host_memory> y, float alpha, float beta) {
     constexpr index_t block = 64;  // weight rows per block: 64 rows of <= 4096 bf16 stay in a 1 MiB L2
-    const index_t n = w.rows(), k = w.cols();
+    const index_t n = w.rows(), k = x.cols();  // weights per row (w.cols() counts stored items)
     for (index_t j0 = 0; j0 < n; j0 += block) {
         const index_t j1 = std::min(n, j0 + block);
         for (index_t r = 0; r < x.rows(); ++r) {
