@@ -104,19 +104,23 @@ std::string join(const std::vector<int>& v) {
     return s;
 }
 
-void torch_train_step(benchmark::State& state, bool uniform) {
+// PyTorch eager, or (compiled) with torch.compile on the forward pass: a Python without torch 2.x
+// (Debian's is 1.13) skips that row. bench/peers/setup.sh makes a venv with PyTorch 2.x from PyPI;
+// configure with -DVWT_PYTHON_WITH_TORCH=build-peers/venv/bin/python to use it.
+void torch_train_step(benchmark::State& state, bool uniform, bool compiled) {
     const auto c = bench_config(uniform);
     const auto& d = c.schedule.dims;
     const std::string command = std::string(VWT_TORCH_PYTHON) + " " + VWT_SOURCE_DIR + "/bench/torch_train_step.py" +
                                 " --widths " + join(c.schedule.widths) + " --hidden " + std::to_string(d.hidden) +
                                 " --heads " + std::to_string(d.heads) + " --kv-heads " + std::to_string(d.kv_heads) +
                                 " --vocab " + std::to_string(d.vocab) + " --batch " + std::to_string(batch) +
-                                " --seq " + std::to_string(seq) + " --steps 4 --warmup 1 --threads " +
-                                std::to_string(threads) + " 2>/dev/null";
+                                " --seq " + std::to_string(seq) + " --steps 4 --threads " + std::to_string(threads) +
+                                (compiled ? " --compile --warmup 3" : " --warmup 1") + " 2>/dev/null";
     for (auto _ : state) {
         const auto r = run_json(command);
         if (r.is_null()) {
-            state.SkipWithError("the PyTorch baseline did not run (is python3-torch installed?)");
+            state.SkipWithError(compiled ? "torch.compile did not run (PyTorch 2.x: bench/peers/setup.sh)"
+                                         : "the PyTorch baseline did not run (is python3-torch installed?)");
             return;
         }
         state.SetIterationTime(r.at("seconds_per_step").get<double>());
@@ -168,8 +172,10 @@ BENCHMARK_CAPTURE(vwt_train_step, xformer, false)->Unit(benchmark::kMillisecond)
 BENCHMARK_CAPTURE(vwt_train_step, uniform, true)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0)
     ->Repetitions(3)->ReportAggregatesOnly(true)
     ->ComputeStatistics("min", [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); });
-BENCHMARK_CAPTURE(torch_train_step, xformer, false)->Unit(benchmark::kMillisecond)->UseManualTime()->Iterations(1);
-BENCHMARK_CAPTURE(torch_train_step, uniform, true)->Unit(benchmark::kMillisecond)->UseManualTime()->Iterations(1);
+BENCHMARK_CAPTURE(torch_train_step, xformer, false, false)->Unit(benchmark::kMillisecond)->UseManualTime()->Iterations(1);
+BENCHMARK_CAPTURE(torch_train_step, uniform, true, false)->Unit(benchmark::kMillisecond)->UseManualTime()->Iterations(1);
+BENCHMARK_CAPTURE(torch_train_step, xformer_compiled, false, true)->Unit(benchmark::kMillisecond)->UseManualTime()->Iterations(1);
+BENCHMARK_CAPTURE(torch_train_step, uniform_compiled, true, true)->Unit(benchmark::kMillisecond)->UseManualTime()->Iterations(1);
 BENCHMARK_CAPTURE(vwt_peak_memory, xformer, false)->Unit(benchmark::kMillisecond)->Iterations(1);
 BENCHMARK_CAPTURE(vwt_peak_memory, uniform, true)->Unit(benchmark::kMillisecond)->Iterations(1);
 
@@ -201,12 +207,14 @@ int main(int argc, char** argv) {
     for (const char* which : {"xformer", "uniform"}) {
         const std::string w = which;
         const double ours = counter("vwt_train_step/" + w, "tokens_per_s");
-        const double torch = counter("torch_train_step/" + w, "tokens_per_s");
+        const double torch = counter("torch_train_step/" + w + "/", "tokens_per_s");
+        const double compiled = counter("torch_train_step/" + w + "_compiled", "tokens_per_s");
         std::printf("%-8s vwt %.0f tok/s, PyTorch eager %.0f tok/s: %.2fx; peak RSS vwt %.0f MB (%.0f MB before training), "
                     "PyTorch %.0f MB (%.0f MB before training)\n",
                     w == "xformer" ? "><former" : "uniform", ours, torch, torch > 0 ? ours / torch : 0.0,
                     counter("vwt_peak_memory/" + w, "peak_rss_MB"), counter("vwt_peak_memory/" + w, "rss_before_training_MB"),
-                    counter("torch_train_step/" + w, "peak_rss_MB"), counter("torch_train_step/" + w, "rss_before_training_MB"));
+                    counter("torch_train_step/" + w + "/", "peak_rss_MB"), counter("torch_train_step/" + w + "/", "rss_before_training_MB"));
+        if (compiled > 0) std::printf("%-8s PyTorch torch.compile %.0f tok/s: vwt %.2fx\n", "", compiled, ours / compiled);
     }
     return 0;
 }

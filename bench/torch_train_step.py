@@ -1,8 +1,10 @@
-"""The PyTorch-eager baseline of bench_training: the reference model (tests/reference) in float32,
-trained with torch.optim.AdamW on random tokens of the same batch shape as the C++ run.
+"""The PyTorch baseline of bench_training: the reference model (tests/reference) in float32,
+trained with torch.optim.AdamW on random tokens of the same batch shape as the C++ run; eager, or
+with --compile the forward pass through torch.compile. Attention is torch's fused
+scaled_dot_product_attention where torch has it (2.1 and later), else the written-out softmax.
 
 Usage: torch_train_step.py --widths 208,152,... --hidden 128 --heads 4 --kv-heads 4 --vocab 258
-           --batch 8 --seq 128 --steps 5 --warmup 2 --threads 2
+           --batch 8 --seq 128 --steps 5 --warmup 2 --threads 2 [--compile]
 Prints one JSON line: seconds_per_step (the fastest timed step, the statistic vwt's rows use too),
 tokens_per_second, peak_rss_bytes (this process) and rss_before_training_bytes (after importing
 torch and building the model). Threads: torch's own pool only; OpenBLAS's pool (Debian's torch
@@ -34,10 +36,15 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--compile", action="store_true", help="torch.compile the forward pass")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     widths = [int(w) for w in a.widths.split(",")]
     ref = Reference(widths, a.hidden, a.heads, a.kv_heads, a.vocab, a.seq, seed=0)
+    ref.sdpa = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 1)
+    if a.compile and not hasattr(torch, "compile"):
+        sys.exit(f"torch {torch.__version__} has no torch.compile")
+    forward = torch.compile(ref.forward) if a.compile else ref.forward
     params = {n: t.to(torch.float32).requires_grad_() for n, t in ref.tensors}
     opt = torch.optim.AdamW(params.values(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
     g = torch.Generator().manual_seed(0)
@@ -46,7 +53,7 @@ def main():
 
     def step():
         opt.zero_grad(set_to_none=True)
-        logits = ref.forward(x, params)
+        logits = forward(x, params)
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, a.vocab), y.reshape(-1))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params.values(), 1.0)
@@ -64,7 +71,8 @@ def main():
     print(json.dumps({"seconds_per_step": seconds, "tokens_per_second": a.batch * a.seq / seconds,
                       "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                       "rss_before_training_bytes": rss_before,
-                      "torch": torch.__version__, "threads": a.threads}))
+                      "torch": torch.__version__, "threads": a.threads, "compiled": a.compile,
+                      "attention": "sdpa" if ref.sdpa else "einsum"}))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${FUZZ_SECONDS:-60}"
 dir=build-fuzz
-cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ -DVWT_BUILD_FUZZERS=ON \
+cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ -DVWT_BUILD_FUZZERS=ON -DVWT_WITH_ONEDNN=OFF \
   -DVWT_BUILD_TESTS=OFF -DVWT_BUILD_BENCH=OFF -DVWT_BUILD_EXAMPLES=ON -DVWT_NATIVE_ARCH=OFF -DVWT_WARNINGS_AS_ERRORS=ON >/dev/null
 cmake --build "$dir" -j"$(nproc)" --target fuzz_safetensors fuzz_config fuzz_token_ids vwt_cli
 vwt="$dir/tools/vwt"

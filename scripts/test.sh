@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Sets up, then builds and runs every test twice: with g++ (and the CUDA component where nvcc is
-# found) and with clang++, both with
+# Sets up, then builds and runs every test twice: with g++ (oneDNN GEMMs, and the CUDA component
+# where nvcc is found) and with clang++ (Eigen GEMMs), both with
 # -Wall -Wextra -Wpedantic -Werror, then the I/O, model and CLI tests again under ASan + UBSan, then
 # the libFuzzer targets (scripts/fuzz.sh).
 # The CTest suite includes the PyTorch parity tests and the install + find_package consumer.
@@ -13,16 +13,19 @@ jobs="$(nproc)"
 # builds without it.
 nvcc="$(command -v nvcc || true)"
 [ -z "$nvcc" ] && [ -x /usr/local/cuda/bin/nvcc ] && nvcc=/usr/local/cuda/bin/nvcc
+# The CPU policy's GEMMs: through oneDNN in the g++ stage (vwt::onednn), Eigen's in the clang++ one.
 for compiler in g++ clang++; do
   dir="build-test-${compiler}"
   cuda_flags=()
+  onednn=ON
+  [ "$compiler" = clang++ ] && onednn=OFF
   if [ "$compiler" = g++ ] && [ -n "$nvcc" ]; then
     cuda_flags=(-DVWT_WITH_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc")
-    echo "=== ${compiler}, with the CUDA component ($nvcc)"
+    echo "=== ${compiler}, oneDNN ${onednn}, with the CUDA component ($nvcc)"
   else
-    echo "=== ${compiler}"
+    echo "=== ${compiler}, oneDNN ${onednn}"
   fi
-  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$compiler" "${cuda_flags[@]}" \
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$compiler" "${cuda_flags[@]}" -DVWT_WITH_ONEDNN="$onednn" \
     -DVWT_WARNINGS_AS_ERRORS=ON -DVWT_BUILD_TESTS=ON -DVWT_BUILD_BENCH=ON -DVWT_BUILD_EXAMPLES=ON >/dev/null
   cmake --build "$dir" -j"$jobs"
   (cd "$dir" && ctest --output-on-failure -j"$jobs")
@@ -32,7 +35,7 @@ done
 echo "=== sanitizers (ASan + UBSan)"
 dir="build-test-sanitize"
 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ -DVWT_BUILD_BENCH=OFF -DVWT_BUILD_EXAMPLES=ON \
-  -DVWT_WARNINGS_AS_ERRORS=ON -DVWT_NATIVE_ARCH=OFF \
+  -DVWT_WARNINGS_AS_ERRORS=ON -DVWT_NATIVE_ARCH=OFF -DVWT_WITH_ONEDNN=OFF \
   -DCMAKE_CXX_FLAGS="-O1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" >/dev/null
 cmake --build "$dir" -j"$jobs" --target io_safetensors io_report model_parity infer_generation backend_matmul backend_ops \
   train_gradients vwt_cli

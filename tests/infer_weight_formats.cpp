@@ -101,7 +101,7 @@ TEMPLATE_TEST_CASE("a model with bf16 or q8 weights computes the float model of 
     }
 }
 
-TEST_CASE("q8 weights need widths in whole blocks; optimizer steps on them are errors") {
+TEST_CASE("q8 weights need widths in whole blocks, and optimizer steps on them are errors") {
     const auto c = vwt::model_config::mup(vwt::dynamic_schedule({2, 64, 2, 2, 256, 32, {}}, {64, 48}));
     std::vector<float> p;
     vwt::initialize_parameters(c, vwt::parameter_layout(c), 5, p);

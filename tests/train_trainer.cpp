@@ -187,3 +187,22 @@ TEST_CASE("non-finite loss, corrupt and mismatched checkpoints are clear errors"
 
     fs::remove_all(out);
 }
+
+TEST_CASE("replace_directory puts a complete directory in the place of an existing one") {
+    const auto root = fs::temp_directory_path() / "vwt_replace_directory";
+    fs::remove_all(root);
+    fs::create_directories(root / "old");
+    fs::create_directories(root / "new");
+    vwt::io::write_file_atomic(root / "old" / "a", "old");
+    vwt::io::write_file_atomic(root / "old" / "only_old", "x");
+    vwt::io::write_file_atomic(root / "new" / "a", "new");
+    vwt::io::replace_directory(root / "new", root / "old");
+    CHECK(!fs::exists(root / "new"));
+    CHECK(!fs::exists(root / "old" / "only_old"));
+    const auto bytes = vwt::io::read_file_bytes(root / "old" / "a");
+    CHECK(std::string(bytes.begin(), bytes.end()) == "new");
+    vwt::io::replace_directory(root / "old", root / "fresh");  // to a name that does not exist yet
+    CHECK(fs::exists(root / "fresh" / "a"));
+    CHECK_THROWS_WITH(vwt::io::replace_directory(root / "missing", root / "fresh"), Contains("cannot move"));
+    fs::remove_all(root);
+}

@@ -39,6 +39,7 @@ class Reference:
                  init_range=None):
         self.widths, self.h, self.H, self.Hkv, self.V, self.ctx = widths, hidden, heads, kv_heads, vocab, context
         self.mup, self.resize = mup, resize
+        self.sdpa = False  # True: torch's scaled_dot_product_attention instead of the written-out softmax
         self.m_emb, self.m_res, self.m_width = (12.0, 0.22, 8.0) if mup else (1.0, 1.0, 1.0)
         self.range = init_range if init_range is not None else (0.1 if mup else 0.02)
         self.eps, self.theta = 1e-5, 10000.0
@@ -124,9 +125,14 @@ class Reference:
             q, k = self.rope(q, pos), self.rope(k, pos)
             k = k.repeat_interleave(G, dim=2)
             v = v.repeat_interleave(G, dim=2)
-            s = torch.einsum("bthd,bshd->bhts", q, k) * self.attention_scale(d)
-            s = s.masked_fill(causal, float("-inf"))
-            o = torch.einsum("bhts,bshd->bthd", s.softmax(-1), v).reshape(B, T, self.H * d)
+            if self.sdpa:  # PyTorch's fused attention (torch >= 2.1), for the speed baselines
+                o = torch.nn.functional.scaled_dot_product_attention(
+                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
+                    scale=self.attention_scale(d)).transpose(1, 2).reshape(B, T, self.H * d)
+            else:
+                s = torch.einsum("bthd,bshd->bhts", q, k) * self.attention_scale(d)
+                s = s.masked_fill(causal, float("-inf"))
+                o = torch.einsum("bhts,bshd->bthd", s.softmax(-1), v).reshape(B, T, self.H * d)
             x = x + self.m_res * (o @ p[pre + "sequence_mixer.c_proj.weight"].T)
             b = self.rmsnorm(x, p[pre + "ln_2.weight"])
             f = b @ p[pre + "mlp_block.c_fc.weight"].T

@@ -9,4 +9,5 @@ void add_info_command(CLI::App& app);
 void add_model_commands(CLI::App& app);  // init, generate, logits
 void add_train_commands(CLI::App& app);  // train, eval
 void add_compare_command(CLI::App& app);
+void add_bench_command(CLI::App& app);    // prefill and decode speed, llama-bench style
 }

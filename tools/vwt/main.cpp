@@ -1,4 +1,4 @@
-// The `vwt` command line: info, init, generate, logits, train, eval, compare.
+// The `vwt` command line: info, init, generate, logits, train, eval, compare, bench.
 // Every error a user can cause ends in one line on stderr naming what was wrong, and exit code 2;
 // `vwt`, `vwt help` and `--help` print the commands and exit 0.
 #include <iostream>
@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
     vwt::cli::add_model_commands(app);
     vwt::cli::add_train_commands(app);
     vwt::cli::add_compare_command(app);
+    vwt::cli::add_bench_command(app);
     auto* help = app.add_subcommand("help", "print the commands, or one command's flags (vwt help COMMAND)");
     std::string help_topic;
     help->add_option("command", help_topic, "the command to describe");

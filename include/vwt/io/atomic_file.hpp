@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -69,6 +70,37 @@ inline void write_file_atomic(const std::filesystem::path& path, std::span<const
 inline void write_file_atomic(const std::filesystem::path& path, std::string_view contents) {
     const std::string_view pieces[] = {contents};
     write_file_atomic(path, pieces);
+}
+
+// Puts the complete directory `from` in the place of `to`: atomically where Linux can exchange
+// two names (renameat2 RENAME_EXCHANGE), so that `to` names the old directory or the new one at
+// every instant; elsewhere by moving the old one aside first. The old directory is then removed.
+inline void replace_directory(const std::filesystem::path& from, const std::filesystem::path& to) {
+    namespace fs = std::filesystem;
+    const auto fail_rename = [&](const fs::path& a, const fs::path& b, int err) {
+        vwt::detail::fail("cannot move '", a.string(), "' to '", b.string(), "': ", std::strerror(err));
+    };
+    if (!fs::exists(to)) {
+        if (::rename(from.c_str(), to.c_str()) != 0) fail_rename(from, to, errno);
+    } else {
+#if defined(__linux__) && defined(RENAME_EXCHANGE)
+        if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) != 0) fail_rename(from, to, errno);
+        fs::remove_all(from);  // now the old directory
+#else
+        std::string aside = to.string();
+        aside.append(".old");
+        fs::remove_all(aside);
+        if (::rename(to.c_str(), aside.c_str()) != 0) fail_rename(to, aside, errno);
+        if (::rename(from.c_str(), to.c_str()) != 0) fail_rename(from, to, errno);
+        fs::remove_all(aside);
+#endif
+    }
+    const auto dir = to.has_parent_path() ? to.parent_path() : fs::path(".");
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        ::fsync(dfd);
+        ::close(dfd);
+    }
 }
 
 }  // namespace vwt::io

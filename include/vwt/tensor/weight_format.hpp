@@ -18,11 +18,13 @@ namespace vwt {
 template <class E>
 inline constexpr index_t elements_per_item = std::is_same_v<std::remove_const_t<E>, q8_block> ? q8_block::size : 1;
 
-// Weight i of a tensor stored as items of E.
+// Weight i of a tensor stored as items of E: a float for bf16 and q8, the element itself otherwise.
 template <class E>
-inline float weight_at(const E* items, index_t i) {
-    if constexpr (std::is_same_v<std::remove_const_t<E>, q8_block>) return items[i / q8_block::size][i % q8_block::size];
-    else return static_cast<float>(items[i]);
+inline auto weight_at(const E* items, index_t i) {
+    using U = std::remove_const_t<E>;
+    if constexpr (std::is_same_v<U, q8_block>) return items[i / q8_block::size][i % q8_block::size];
+    else if constexpr (std::is_same_v<U, bf16>) return static_cast<float>(items[i]);
+    else return items[i];
 }
 
 // Float parameters in the weight format W: a copy (float), each rounded (bf16), or quantized

@@ -161,8 +161,13 @@ public:
 
     void save_checkpoint() const {
         namespace fs = std::filesystem;
-        const fs::path dir = o_.out / checkpoint_name(step_);
-        fs::remove_all(dir);  // a partial directory left by an earlier crash at this step
+        // Written whole beside its final name, then put in its place: an earlier run's checkpoint
+        // of the same step, which LATEST may name, stays complete until the new one replaces it.
+        const fs::path final_dir = o_.out / checkpoint_name(step_);
+        std::string partial(".");
+        partial.append(checkpoint_name(step_)).append(".partial");
+        const fs::path dir = o_.out / partial;
+        fs::remove_all(dir);  // left by an earlier crash
         const auto p = parameters();
         io::save_model_dir(dir, model_.config(), std::vector<float>(p.begin(), p.end()), io::dtype::f32);
         const auto m = host_copy(opt_.first_moment()), v = host_copy(opt_.second_moment());
@@ -171,6 +176,7 @@ public:
         io::write_safetensors(dir / "optimizer.safetensors", moments, io::dtype::f32);
         nlohmann::ordered_json state = {{"step", step_}, {"optimizer_steps", opt_.steps()}, {"data_position", data_.position()}};
         io::write_file_atomic(dir / "trainer_state.json", state.dump(2) + "\n");
+        io::replace_directory(dir, final_dir);
         io::write_file_atomic(o_.out / "LATEST", checkpoint_name(step_) + "\n");
     }
 
