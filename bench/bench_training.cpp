@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -106,11 +107,13 @@ std::string join(const std::vector<int>& v) {
 
 // PyTorch eager, or (compiled) with torch.compile on the forward pass: a Python without torch 2.x
 // (Debian's is 1.13) skips that row. bench/peers/setup.sh makes a venv with PyTorch 2.x from PyPI;
-// configure with -DVWT_PYTHON_WITH_TORCH=build-peers/venv/bin/python to use it.
+// VWT_TORCH_PYTHON=build-peers/venv/bin/python in the environment (or -DVWT_PYTHON_WITH_TORCH=...
+// when configuring) runs that Python.
 void torch_train_step(benchmark::State& state, bool uniform, bool compiled) {
     const auto c = bench_config(uniform);
     const auto& d = c.schedule.dims;
-    const std::string command = std::string(VWT_TORCH_PYTHON) + " " + VWT_SOURCE_DIR + "/bench/torch_train_step.py" +
+    const char* python = std::getenv("VWT_TORCH_PYTHON");  // the run's choice over the build's
+    const std::string command = std::string(python && *python ? python : VWT_TORCH_PYTHON) + " " + VWT_SOURCE_DIR + "/bench/torch_train_step.py" +
                                 " --widths " + join(c.schedule.widths) + " --hidden " + std::to_string(d.hidden) +
                                 " --heads " + std::to_string(d.heads) + " --kv-heads " + std::to_string(d.kv_heads) +
                                 " --vocab " + std::to_string(d.vocab) + " --batch " + std::to_string(batch) +

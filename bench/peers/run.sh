@@ -29,7 +29,7 @@ for type in f32 bf16 q8_0; do
   "$bench" -m "$peers/twin-$type.gguf" -p 256 -n 64 -t "$threads" -r 5 -o json > "$out/llama-$type.json"
   "$vwt" bench --preset dense_200m --vocab 4096 --twin --weights "$weights" --threads "$threads" --reps 5 --json > "$out/vwt-$weights.json"
 done
-"$build/bench/bench_training" --benchmark_filter='vwt_train_step|torch_train_step' > "$out/training.txt" 2>&1 || true
+VWT_TORCH_PYTHON="$py" "$build/bench/bench_training" --benchmark_filter='vwt_train_step|torch_train_step|vwt_peak_memory' > "$out/training.txt" 2>&1 || true
 
 "$py" - "$out" "$threads" <<'PY'
 import json, os, sys
