@@ -11,6 +11,8 @@
 
 #include <vwt/vwt.hpp>
 
+#include "support.hpp"
+
 namespace {
 
 using B = vwt::cpu::backend<float>;
@@ -103,20 +105,7 @@ TEST_CASE("matmul_nn and matmul_tn equal a brute-force sum") {
             }
 }
 
-namespace {
-
-// The nearest bfloat16 to f (8 significant bits, ties to even), from frexp rather than bits:
-// float's exponent range, with subnormals below 2^-126 on a fixed grid of 2^-133.
-double nearest_bf16(float f) {
-    if (std::abs(f) < std::ldexp(1.0, -126)) return std::ldexp(std::nearbyint(std::ldexp(static_cast<double>(f), 133)), -133);
-    int e = 0;
-    const double m = std::frexp(static_cast<double>(f), &e);  // [0.5, 1)
-    const double r = std::ldexp(std::nearbyint(m * 256.0), e - 8);
-    const double largest = std::ldexp(255.0, 127 - 7);  // (2 - 2^-7) * 2^127
-    return std::abs(r) > largest ? std::copysign(std::numeric_limits<double>::infinity(), r) : r;
-}
-
-}  // namespace
+using vwt_test::nearest_bf16;
 
 TEST_CASE("bf16 rounds to the nearest bfloat16, ties to even, and keeps NaN and infinities") {
     std::mt19937 rng(3);

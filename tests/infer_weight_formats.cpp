@@ -32,11 +32,7 @@ vwt::model_config x_shaped() {
 // even; q8: scale max|x| / 127, q = round(x / scale)).
 std::vector<float> as_stored(std::span<const float> p, const vwt::bf16*) {
     std::vector<float> out;
-    for (float v : p) {
-        int e = 0;
-        const double m = std::frexp(static_cast<double>(v), &e);
-        out.push_back(static_cast<float>(std::ldexp(std::nearbyint(m * 256.0), e - 8)));
-    }
+    for (float v : p) out.push_back(static_cast<float>(vwt_test::nearest_bf16(v)));
     return out;
 }
 std::vector<float> as_stored(std::span<const float> p, const vwt::q8_block*) {

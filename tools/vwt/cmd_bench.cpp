@@ -38,8 +38,9 @@ struct bench_row {
     double mean() const { return std::accumulate(samples.begin(), samples.end(), 0.0) / static_cast<double>(samples.size()); }
     double stddev() const {
         if (samples.size() < 2) return 0.0;
+        const double m = mean();
         double sq = 0;
-        for (double s : samples) sq += (s - mean()) * (s - mean());
+        for (double s : samples) sq += (s - m) * (s - m);
         return std::sqrt(sq / static_cast<double>(samples.size() - 1));
     }
 };

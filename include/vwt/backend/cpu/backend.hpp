@@ -329,12 +329,12 @@ struct backend {
                           attention_shape<D> shape, T scale, vec<T> scratch) {
         using head_matrix = Eigen::Matrix<T, Eigen::Dynamic, detail::eigen_extent(D), Eigen::RowMajor>;
         using head_map = Eigen::Map<const head_matrix, Eigen::Unaligned, Eigen::OuterStride<>>;
+        if (q.rows() == 1) return attention_decode(ctx, q, keys, values, out, shape, scale, scratch);
         const index_t T_q = q.rows(), n_ctx = keys.rows(), past = n_ctx - T_q, d = shape.head_dim.value();
         const int group = shape.heads / shape.kv_heads;
         const index_t tile = std::min(attention_tile, std::max<index_t>(T_q, 1));
         // Heads are independent, so a smaller scratch only means fewer threads, never other results.
         const int threads = scratch_threads(std::min(ctx.threads, shape.heads), tile * n_ctx, scratch, "attention");
-        if (T_q == 1) return attention_decode(ctx, q, keys, values, out, shape, scale, scratch);
         parallel_for(threads, threads, [&](index_t t_) {
             const auto t = static_cast<int>(t_);
             T* tile_memory = scratch.data() + static_cast<index_t>(t) * tile * n_ctx;

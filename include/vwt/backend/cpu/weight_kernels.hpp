@@ -31,7 +31,7 @@ inline void widen(const bf16* w, index_t n, float* out) {
 // n a multiple of 32 (a whole number of blocks).
 inline void widen(const q8_block* w, index_t n, float* out) {
     for (index_t b = 0; b < n / q8_block::size; ++b)
-        for (index_t i = 0; i < q8_block::size; ++i) out[b * q8_block::size + i] = w[b].scale * static_cast<float>(w[b].q[i]);
+        for (index_t i = 0; i < q8_block::size; ++i) out[b * q8_block::size + i] = w[b][i];
 }
 
 namespace detail {
