@@ -22,12 +22,16 @@
 #endif
 #if defined(VWT_BENCH_ONEDNN)
 #include <dnnl.h>
+#include <omp.h>
+
+#include <dnnl.hpp>
+#include <unordered_map>
 #endif
 
 namespace {
 
 using backend = vwt::cpu::backend<float>;
-using bf16_backend = vwt::cpu::backend<float, vwt::bf16>;    // weights stored in bf16, widened in the kernels
+using bf16_backend = vwt::cpu::backend<float, vwt::bf16>;    // weights stored in bf16; bf16 products in prefill
 using q8_backend = vwt::cpu::backend<float, vwt::q8_block>;  // 8-bit weights, a float scale per 32
 constexpr int threads = 2;
 constexpr int prefill_tokens = 256;
@@ -235,6 +239,51 @@ void sgemm_same_shapes(benchmark::State& state, bool uniform, gemm_library libra
     state.counters["GFLOP/s"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// oneDNN's bf16 matmul (bf16 operands, float sums and output) on the same shapes, the weights
+// [n x k] row-major read in place, each primitive made once before the timing: the bf16 peak a
+// library reaches on this CPU. Zero GFLOP/s where oneDNN is absent or has no bf16 matmul here.
+struct bf16_gemm_runner {
+#if defined(VWT_BENCH_ONEDNN)
+    dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+    dnnl::stream stream{engine};
+    std::vector<dnnl::matmul> primitives;
+    std::vector<std::unordered_map<int, dnnl::memory>> args;
+    std::vector<std::vector<std::uint16_t>> a, b;
+    std::vector<std::vector<float>> c;
+    explicit bf16_gemm_runner(const vwt::dynamic_schedule& s) {
+        using dt = dnnl::memory::data_type;
+        for (const auto& sh : sgemm_shapes(s)) {
+            a.emplace_back(static_cast<std::size_t>(sh.m) * sh.k, 0x3f00);  // 0.5
+            b.emplace_back(static_cast<std::size_t>(sh.n) * sh.k, 0x3e80);  // 0.25
+            c.emplace_back(static_cast<std::size_t>(sh.m) * sh.n);
+            const dnnl::memory::desc ad({sh.m, sh.k}, dt::bf16, dnnl::memory::dims{sh.k, 1});
+            const dnnl::memory::desc bd({sh.k, sh.n}, dt::bf16, dnnl::memory::dims{1, sh.k});
+            const dnnl::memory::desc cd({sh.m, sh.n}, dt::f32, dnnl::memory::dims{sh.n, 1});
+            try {
+                primitives.emplace_back(dnnl::matmul::primitive_desc(dnnl::matmul::desc(ad, bd, cd), engine));
+            } catch (const dnnl::error&) {
+                primitives.clear();
+                return;
+            }
+            args.push_back({{DNNL_ARG_SRC, dnnl::memory(ad, engine, a.back().data())},
+                            {DNNL_ARG_WEIGHTS, dnnl::memory(bd, engine, b.back().data())},
+                            {DNNL_ARG_DST, dnnl::memory(cd, engine, c.back().data())}});
+        }
+    }
+    bool present() const { return !primitives.empty(); }
+    void operator()() {
+        omp_set_num_threads(threads);  // this benchmark process's own setting
+        for (std::size_t i = 0; i < primitives.size(); ++i) primitives[i].execute(stream, args[i]);
+        stream.wait();
+        benchmark::ClobberMemory();
+    }
+#else
+    explicit bf16_gemm_runner(const vwt::dynamic_schedule&) {}
+    bool present() const { return false; }
+    void operator()() {}
+#endif
+};
+
 // Streaming read bandwidth: the sum of a 1 GiB float array (32x a 32 MiB last-level cache), split
 // over the threads; bytes read per second.
 struct read_runner {
@@ -334,11 +383,23 @@ template <class B>
 void paired_prefill_format(benchmark::State& state) {
     prefill_runner<vwt::model<B>> hx(bench_model<B>(false)), hu(bench_model<B>(true));
     prefill_runner<vwt::model<backend>> fx(bench_model(false));
-    double thx = 1e9, thu = 1e9, tfx = 1e9;
+    bf16_gemm_runner gx(bench_schedule(false)), gu(bench_schedule(true));
+    const bool gemm = std::is_same_v<typename B::weight_type, vwt::bf16> && gx.present();
+    double thx = 1e9, thu = 1e9, tfx = 1e9, tgx = 1e9, tgu = 1e9;
     for (auto _ : state) {
         const double a = seconds_of(hx), b = seconds_of(hu), c = seconds_of(fx);
         thx = std::min(thx, a), thu = std::min(thu, b), tfx = std::min(tfx, c);
-        state.SetIterationTime(a + b + c);
+        double spent = a + b + c;
+        if (gemm) {
+            const double d = seconds_of(gx), e = seconds_of(gu);
+            tgx = std::min(tgx, d), tgu = std::min(tgu, e);
+            spent += d + e;
+        }
+        state.SetIterationTime(spent);
+    }
+    if (gemm) {
+        state.counters["x_bf16_gemm_GFLOPs"] = sgemm_flops(bench_schedule(false)) / tgx / 1e9;
+        state.counters["u_bf16_gemm_GFLOPs"] = sgemm_flops(bench_schedule(true)) / tgu / 1e9;
     }
     state.counters["x_tokens_per_s"] = prefill_tokens / thx;
     state.counters["u_tokens_per_s"] = prefill_tokens / thu;
@@ -421,6 +482,9 @@ int main(int argc, char** argv) {
             if (const double g = counter("paired_prefill", (w + "_" + library_name(l) + "_GFLOPs").c_str()); g > 0)
                 std::printf(" %.0f%% of %s (%.1f)", 100 * p / g, library_name(l), g);
         std::printf(" same-shape GFLOP/s\n");
+        if (const double g = counter("paired_prefill", (w + "_oneDNN_GFLOPs").c_str()); g > 0)
+            std::printf("%-8s the same GEMMs in oneDNN take %.0f%% of f32 prefill's time (the rest: attention, norms, RoPE, SwiGLU, copies)\n", "",
+                        100 * (sgemm_flops(bench_schedule(w == "u")) / g / 1e9) / (prefill_tokens / counter("paired_prefill", (w + "_tokens_per_s").c_str())));
         for (const char* format : {"f32", "bf16", "q8"}) {
             const std::string bench = std::string("paired_decode/") + format;
             const double d = counter(bench, (w + "_tokens_per_s").c_str());
@@ -431,8 +495,14 @@ int main(int argc, char** argv) {
         }
         for (const char* format : {"bf16", "q8"}) {
             const std::string bench = std::string("paired_prefill_format/") + format;
-            if (const double h = counter(bench, (w + "_tokens_per_s").c_str()); h > 0)
-                std::printf("%-8s prefill %-4s weights %.0f tok/s, %.1f GFLOP/s\n", "", format, h, counter(bench, (w + "_GFLOPs").c_str()));
+            const double h = counter(bench, (w + "_tokens_per_s").c_str());
+            if (h == 0) continue;
+            const double flops = counter(bench, (w + "_GFLOPs").c_str());
+            std::printf("%-8s prefill %-4s weights %.0f tok/s, %.1f GFLOP/s", "", format, h, flops);
+            if (const double g = counter(bench, (w + "_bf16_gemm_GFLOPs").c_str()); g > 0)
+                std::printf(" = %.0f%% of oneDNN's bf16 GEMM on the same shapes (%.1f GFLOP/s); the GEMMs' share of prefill %.0f%%", 100 * flops / g,
+                            g, 100 * (sgemm_flops(bench_schedule(w == "u")) / g / 1e9) / (prefill_tokens / h));
+            std::printf("\n");
         }
     }
     if (const double sp = counter("paired_static_dynamic", "static_prefill_tokens_per_s"); sp > 0)

@@ -36,7 +36,7 @@ vwt::model_config bench_config(bool uniform) {
 
 // Everything one training step touches, as the trainer holds it.
 struct training_state {
-    const backend::context ctx{threads};
+    const backend::context ctx;
     vwt::model_config config;
     vwt::model<backend> model;
     backend::buffer<float> grad;
@@ -51,8 +51,9 @@ struct training_state {
         vwt::initialize_parameters(c, vwt::parameter_layout(c), 1, p);
         return p;
     }
-    explicit training_state(bool uniform)
-        : config(bench_config(uniform)),
+    training_state(bool uniform, vwt::cpu::product_precision products)
+        : ctx{threads, products},
+          config(bench_config(uniform)),
           model(config, initial(config), ctx),
           grad(model.layout().size()),
           norm(1),
@@ -75,8 +76,9 @@ struct training_state {
     }
 };
 
-void vwt_train_step(benchmark::State& state, bool uniform) {
-    training_state t(uniform);
+// mixed: bf16 products (operands rounded to bf16, float sums, float master weights)
+void vwt_train_step(benchmark::State& state, bool uniform, bool mixed) {
+    training_state t(uniform, mixed ? vwt::cpu::product_precision::bf16 : vwt::cpu::product_precision::f32);
     t.step();  // sizes the workspace
     for (auto _ : state) benchmark::DoNotOptimize(t.step());
     state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(batch * seq), benchmark::Counter::kIsIterationInvariantRate);
@@ -109,7 +111,7 @@ std::string join(const std::vector<int>& v) {
 // (Debian's is 1.13) skips that row. bench/peers/setup.sh makes a venv with PyTorch 2.x from PyPI;
 // VWT_TORCH_PYTHON=build-peers/venv/bin/python in the environment (or -DVWT_PYTHON_WITH_TORCH=...
 // when configuring) runs that Python.
-void torch_train_step(benchmark::State& state, bool uniform, bool compiled) {
+void torch_train_step(benchmark::State& state, bool uniform, bool compiled, bool mixed) {
     const auto c = bench_config(uniform);
     const auto& d = c.schedule.dims;
     const char* python = std::getenv("VWT_TORCH_PYTHON");  // the run's choice over the build's
@@ -118,7 +120,7 @@ void torch_train_step(benchmark::State& state, bool uniform, bool compiled) {
                                 " --heads " + std::to_string(d.heads) + " --kv-heads " + std::to_string(d.kv_heads) +
                                 " --vocab " + std::to_string(d.vocab) + " --batch " + std::to_string(batch) +
                                 " --seq " + std::to_string(seq) + " --steps 4 --threads " + std::to_string(threads) +
-                                (compiled ? " --compile --warmup 3" : " --warmup 1") + " 2>/dev/null";
+                                (compiled ? " --compile --warmup 3" : " --warmup 1") + (mixed ? " --bf16" : "") + " 2>/dev/null";
     for (auto _ : state) {
         const auto r = run_json(command);
         if (r.is_null()) {
@@ -144,7 +146,7 @@ double resident_bytes() {
 
 // In a fresh process (this binary, --peak-memory-probe x|u): train a few steps, print the peak.
 int peak_memory_probe(bool uniform) {
-    training_state t(uniform);
+    training_state t(uniform, vwt::cpu::product_precision::f32);
     const double before = resident_bytes();
     for (int i = 0; i < 3; ++i) t.step();
     rusage u{};
@@ -169,16 +171,17 @@ void vwt_peak_memory(benchmark::State& state, bool uniform) {
 
 // vwt: the best of three repetitions (timings on this machine vary run to run); PyTorch: the best
 // of four timed steps after a warm-up step (it takes seconds per step). Both rows: the fastest.
-BENCHMARK_CAPTURE(vwt_train_step, xformer, false)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0)
-    ->Repetitions(3)->ReportAggregatesOnly(true)
-    ->ComputeStatistics("min", [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); });
-BENCHMARK_CAPTURE(vwt_train_step, uniform, true)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0)
-    ->Repetitions(3)->ReportAggregatesOnly(true)
-    ->ComputeStatistics("min", [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); });
-BENCHMARK_CAPTURE(torch_train_step, xformer, false, false)->Unit(benchmark::kMillisecond)->UseManualTime()->Iterations(1);
-BENCHMARK_CAPTURE(torch_train_step, uniform, true, false)->Unit(benchmark::kMillisecond)->UseManualTime()->Iterations(1);
-BENCHMARK_CAPTURE(torch_train_step, xformer_compiled, false, true)->Unit(benchmark::kMillisecond)->UseManualTime()->Iterations(1);
-BENCHMARK_CAPTURE(torch_train_step, uniform_compiled, true, true)->Unit(benchmark::kMillisecond)->UseManualTime()->Iterations(1);
+#define VWT_TRAIN_ROWS(name, uniform, mixed)                                                                        \
+    BENCHMARK_CAPTURE(vwt_train_step, name, uniform, mixed)                                                         \
+        ->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0)->Repetitions(3)->ReportAggregatesOnly(true)  \
+        ->ComputeStatistics("min", [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }); \
+    BENCHMARK_CAPTURE(torch_train_step, name, uniform, false, mixed)->Unit(benchmark::kMillisecond)->UseManualTime()->Iterations(1); \
+    BENCHMARK_CAPTURE(torch_train_step, name##_compiled, uniform, true, mixed)->Unit(benchmark::kMillisecond)->UseManualTime()->Iterations(1);
+VWT_TRAIN_ROWS(xformer, false, false)
+VWT_TRAIN_ROWS(uniform, true, false)
+VWT_TRAIN_ROWS(xformer_bf16, false, true)
+VWT_TRAIN_ROWS(uniform_bf16, true, true)
+#undef VWT_TRAIN_ROWS
 BENCHMARK_CAPTURE(vwt_peak_memory, xformer, false)->Unit(benchmark::kMillisecond)->Iterations(1);
 BENCHMARK_CAPTURE(vwt_peak_memory, uniform, true)->Unit(benchmark::kMillisecond)->Iterations(1);
 
@@ -206,18 +209,22 @@ int main(int argc, char** argv) {
                 return static_cast<double>(run.counters.at(name));
         return 0.0;
     };
-    std::printf("\nsummary (tiny_l8, batch %d x %d tokens, %d threads, float32)\n", batch, seq, threads);
-    for (const char* which : {"xformer", "uniform"}) {
+    std::printf("\nsummary (tiny_l8, batch %d x %d tokens, %d threads; bf16: mixed precision, float32 master weights)\n", batch, seq,
+                threads);
+    for (const char* which : {"xformer", "uniform", "xformer_bf16", "uniform_bf16"}) {
         const std::string w = which;
-        const double ours = counter("vwt_train_step/" + w, "tokens_per_s");
+        const double ours = counter("vwt_train_step/" + w + "/", "tokens_per_s");
         const double torch = counter("torch_train_step/" + w + "/", "tokens_per_s");
         const double compiled = counter("torch_train_step/" + w + "_compiled", "tokens_per_s");
-        std::printf("%-8s vwt %.0f tok/s, PyTorch eager %.0f tok/s: %.2fx; peak RSS vwt %.0f MB (%.0f MB before training), "
-                    "PyTorch %.0f MB (%.0f MB before training)\n",
-                    w == "xformer" ? "><former" : "uniform", ours, torch, torch > 0 ? ours / torch : 0.0,
+        std::printf("%-13s vwt %.0f tok/s, PyTorch eager %.0f tok/s: %.2fx", w.c_str(), ours, torch, torch > 0 ? ours / torch : 0.0);
+        if (compiled > 0) std::printf("; torch.compile %.0f tok/s: %.2fx", compiled, ours / compiled);
+        std::printf("\n");
+    }
+    for (const char* which : {"xformer", "uniform"}) {
+        const std::string w = which;
+        std::printf("%-13s peak RSS vwt %.0f MB (%.0f MB before training), PyTorch %.0f MB (%.0f MB before training)\n", which,
                     counter("vwt_peak_memory/" + w, "peak_rss_MB"), counter("vwt_peak_memory/" + w, "rss_before_training_MB"),
                     counter("torch_train_step/" + w + "/", "peak_rss_MB"), counter("torch_train_step/" + w + "/", "rss_before_training_MB"));
-        if (compiled > 0) std::printf("%-8s PyTorch torch.compile %.0f tok/s: vwt %.2fx\n", "", compiled, ours / compiled);
     }
     return 0;
 }

@@ -37,6 +37,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--compile", action="store_true", help="torch.compile the forward pass")
+    ap.add_argument("--bf16", action="store_true",
+                    help="mixed precision: forward and loss under torch.autocast('cpu', torch.bfloat16), float32 master weights")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     widths = [int(w) for w in a.widths.split(",")]
@@ -53,8 +55,9 @@ def main():
 
     def step():
         opt.zero_grad(set_to_none=True)
-        logits = forward(x, params)
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, a.vocab), y.reshape(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+            logits = forward(x, params)
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, a.vocab), y.reshape(-1))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params.values(), 1.0)
         opt.step()
@@ -71,7 +74,7 @@ def main():
     print(json.dumps({"seconds_per_step": seconds, "tokens_per_second": a.batch * a.seq / seconds,
                       "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                       "rss_before_training_bytes": rss_before,
-                      "torch": torch.__version__, "threads": a.threads, "compiled": a.compile,
+                      "torch": torch.__version__, "threads": a.threads, "compiled": a.compile, "bf16": a.bf16,
                       "attention": "sdpa" if ref.sdpa else "einsum"}))
 
 

@@ -148,10 +148,90 @@ TEST_CASE("matmul_nt with bf16 weights equals a brute-force sum over the rounded
                             m, n, k, [&](auto r, auto j) { return x.at(r, j); },
                             [&](auto j, auto c) { return nearest_bf16(wf.data[static_cast<std::size_t>(c * wf.stride + j)]); }, alpha,
                             beta, y);
-                        H::matmul_nt({threads}, x.view(), vwt::host_matrix<const vwt::bf16>{w.data(), n, k, wf.stride}, y.view(),
-                                     alpha, beta);
+                        // f32 products: the weights widened exactly, x as it is (the default, automatic,
+                        // rounds x to bf16 above 4 rows: the next test)
+                        H::matmul_nt({threads, vwt::cpu::product_precision::f32}, x.view(),
+                                     vwt::host_matrix<const vwt::bf16>{w.data(), n, k, wf.stride}, y.view(), alpha, beta);
                         check(y, want);
                     }
+}
+
+TEST_CASE("bf16 products equal a brute-force sum over operands rounded to bf16") {
+    using H = vwt::cpu::backend<float, vwt::bf16>;
+    using vwt::cpu::product_precision;
+    std::mt19937 rng(5);
+    const float alpha = 0.75f;
+    const auto rounded = [](const strided& s) { return [&s](vwt::index_t r, vwt::index_t c) { return nearest_bf16(static_cast<float>(s.at(r, c))); }; };
+    for (const vwt::index_t k : {0, 1, 17, 769})
+        for (const vwt::index_t m : {1, 5, 64})
+            for (const vwt::index_t n : {1, 33, 300})
+                for (const float beta : {0.0f, 0.5f})
+                    for (const int threads : {1, 2}) {
+                        INFO("k " << k << " m " << m << " n " << n << " beta " << beta << " threads " << threads);
+                        const vwt::cpu::context bf16_products{threads, product_precision::bf16};
+                        {  // nt, float weights (mixed-precision training's forward)
+                            strided x(m, k, rng), w(n, k, rng), y(m, n, rng);
+                            const auto rx = rounded(x), rw = rounded(w);
+                            const auto want = brute_force(
+                                m, n, k, rx, [&](auto j, auto c) { return rw(c, j); }, alpha, beta, y);
+                            B::matmul_nt(bf16_products, x.view(), w.view(), y.view(), alpha, beta);
+                            check(y, want);
+                        }
+                        {  // nt, bf16 weights, automatic: bf16 products above 4 rows, x as it is up to 4
+                            strided x(m, k, rng), wf(n, k, rng), y(m, n, rng);
+                            std::vector<vwt::bf16> w(wf.data.size());
+                            for (std::size_t i = 0; i < w.size(); ++i) w[i] = vwt::bf16(wf.data[i]);
+                            const auto rw = rounded(wf);
+                            const auto want = brute_force(
+                                m, n, k,
+                                [&](auto r, auto j) { return m > H::gemv_rows ? nearest_bf16(static_cast<float>(x.at(r, j))) : x.at(r, j); },
+                                [&](auto j, auto c) { return rw(c, j); }, alpha, beta, y);
+                            H::matmul_nt({threads}, x.view(), vwt::host_matrix<const vwt::bf16>{w.data(), n, k, wf.stride}, y.view(), alpha,
+                                         beta);
+                            check(y, want);
+                        }
+                        {  // nn: y = x . w, w [k x n] (the input gradient)
+                            strided x(m, k, rng), w(k, n, rng), y(m, n, rng);
+                            const auto want = brute_force(m, n, k, rounded(x), rounded(w), alpha, beta, y);
+                            B::matmul_nn(bf16_products, x.view(), w.view(), y.view(), alpha, beta);
+                            check(y, want);
+                        }
+                        {  // tn: g [n x k] = a^T . b, a [m x n], b [m x k] (the weight gradient)
+                            strided a(m, n, rng), b(m, k, rng), g(n, k, rng);
+                            const auto ra = rounded(a);
+                            const auto want = brute_force(
+                                n, k, m, [&](auto r, auto j) { return ra(j, r); }, rounded(b), alpha, beta, g);
+                            B::matmul_tn(bf16_products, a.view(), b.view(), g.view(), alpha, beta);
+                            check(g, want);
+                        }
+                    }
+}
+
+TEST_CASE("bf16 products keep one oneDNN primitive per shape in the context's cache") {
+    std::mt19937 rng(9);
+    const vwt::cpu::context ctx{2, vwt::cpu::product_precision::bf16};
+    const vwt::cpu::context copy = ctx;  // copies share the cache
+    strided x(48, 40, rng), w(24, 40, rng), y(48, 24, rng), wide(24, 40, rng);
+    B::matmul_nt(ctx, x.view(), w.view(), y.view());
+    const auto after_one = ctx.cache->size();
+    B::matmul_nt(copy, x.view(), wide.view(), y.view());  // same shape and strides, other data
+    B::matmul_nt(ctx, x.view(), w.view(), y.view());
+    CHECK(ctx.cache->size() == after_one);
+#if defined(VWT_WITH_ONEDNN)
+    CHECK(after_one == 1);  // an entry even where the CPU has no bf16 matmul (it records that)
+    B::matmul_nt(ctx, x.view(), w.view(), y.view(), 0.5f);  // alpha is part of the primitive
+    CHECK(ctx.cache->size() == 2);
+#else
+    CHECK(after_one == 0);  // without oneDNN the products are emulated in float: nothing to keep
+#endif
+}
+
+TEST_CASE("bf16 products need float compute") {
+    using D = vwt::cpu::backend<double>;
+    std::vector<double> x(8 * 4, 1.0), w(3 * 4, 1.0), y(8 * 3);
+    CHECK_THROWS_WITH(D::matmul_nt({1, vwt::cpu::product_precision::bf16}, vwt::host_matrix<const double>{x.data(), 8, 4, 4},
+                                   vwt::host_matrix<const double>{w.data(), 3, 4, 4}, vwt::host_matrix<double>{y.data(), 8, 3, 3}),
+                      Catch::Contains("bf16 products need float compute"));
 }
 
 TEST_CASE("q8 blocks: scale max|x| / 127, weights rounded to the nearest step, exact extremes") {

@@ -117,6 +117,39 @@ TEMPLATE_TEST_CASE("a process killed while writing checkpoints leaves the previo
     fs::remove_all(out);
 }
 
+TEST_CASE("mixed precision (bf16 products, fp32 master weights) follows the fp32 loss curve") {
+    const auto c = config();
+    std::vector<float> p;
+    vwt::initialize_parameters(c, vwt::parameter_layout(c), 9, p);
+    vwt::train::train_options o;
+    o.steps = 30;
+    o.batch = 3;
+    o.lr = {vwt::train::lr_decay::cosine, 5e-3, 3, 30, 5e-4};
+    const auto run = [&](vwt::cpu::product_precision products) {
+        vwt::train::trainer<backend> t({2, products}, c, p, data(), o);
+        auto losses = losses_of(t);
+        const auto params = t.model().parameters();
+        return std::pair(losses, std::vector<float>(params.data(), params.data() + params.size()));
+    };
+    const auto [f32, f32_params] = run(vwt::cpu::product_precision::f32);
+    const auto [mixed, mixed_params] = run(vwt::cpu::product_precision::bf16);
+    REQUIRE(f32.size() == 30);
+    REQUIRE(mixed.size() == 30);
+    double moved = 0;
+    for (std::size_t i = 0; i < f32.size(); ++i) {
+        INFO("step " << i + 1 << ": fp32 " << f32[i] << ", bf16 products " << mixed[i]);
+        CHECK(std::abs(mixed[i] - f32[i]) <= 0.01 * f32[i]);  // operands rounded by <= 2^-9 each
+        moved = std::max(moved, std::abs(mixed[i] - f32[i]));
+    }
+    CHECK(moved > 0);                 // the products did round
+    CHECK(mixed.back() < 0.9 * mixed.front());  // and it learns (2.85 to 2.48 here)
+    // the master weights stay float: updates smaller than a bf16 step are kept
+    std::size_t off_grid = 0;
+    for (float v : mixed_params) off_grid += static_cast<float>(vwt::bf16(v)) != v;
+    CHECK(off_grid > mixed_params.size() / 2);
+    CHECK(vwt_test::relative_error(mixed_params, f32_params) < 0.05);
+}
+
 TEST_CASE("non-finite loss, corrupt and mismatched checkpoints are clear errors") {
     const auto out = fs::temp_directory_path() / "vwt_bad_train_test";
     fs::remove_all(out);

@@ -1,5 +1,5 @@
-// --device, --threads, --gpu, --gemm and (inference) --weights: where a command computes, and the
-// policy that runs it.
+// --device, --threads, --gpu, --gemm and (inference) --weights: where a command computes, how it
+// multiplies, and the policy that runs it.
 #pragma once
 
 #include <string>
@@ -18,7 +18,7 @@ struct device_flags {
     std::string device = "cpu";
     int threads = 1;
     int gpu = 0;
-    std::string gemm = "fp32";
+    std::string gemm = "auto";
     std::string weights = "f32";
 
     // --weights, for the commands that only run a model (generate, logits, eval, bench).
@@ -31,7 +31,9 @@ struct device_flags {
         cmd.add_option("--device", device, "where to compute: cpu, or cuda (a build with -DVWT_WITH_CUDA=ON)");
         cmd.add_option("--threads", threads, "CPU threads (--device cpu)");
         cmd.add_option("--gpu", gpu, "CUDA device ordinal (--device cuda)");
-        cmd.add_option("--gemm", gemm, "GPU matrix products: fp32, tf32 or bf16 tensor cores with fp32 accumulation (--device cuda)");
+        cmd.add_option("--gemm", gemm,
+                       "matrix products: auto (fp32; on the CPU bf16 in prefill against --weights bf16), fp32, bf16 (operands "
+                       "rounded to bf16, fp32 sums: mixed precision with fp32 master weights in training), or tf32 (--device cuda)");
     }
 
     // Calls f.template operator()<B>(ctx) with the float-weight policy B that --device names (the
@@ -54,21 +56,26 @@ private:
             detail::fail("--weights: unknown format '", weights, "' (f32, bf16, q8)");
         if (weights != "f32" && device != "cpu")
             detail::fail("--weights ", weights, ": only --device cpu keeps weights in bf16 or q8 (on CUDA, --gemm bf16 runs bf16 tensor cores)");
+        if (gemm != "auto" && gemm != "fp32" && gemm != "tf32" && gemm != "bf16")
+            detail::fail("--gemm: unknown arithmetic '", gemm, "' (auto, fp32, bf16, tf32)");
         if (device == "cpu") {
+            if (gemm == "tf32") detail::fail("--gemm tf32: tensor-float products are a GPU's (--device cuda); the CPU has auto, fp32, bf16");
+            const cpu::context ctx{threads, gemm == "fp32"   ? cpu::product_precision::f32
+                                            : gemm == "bf16" ? cpu::product_precision::bf16
+                                                             : cpu::product_precision::automatic};
             if constexpr (WeightFormats) {
-                if (weights == "bf16") return f.template operator()<cpu::backend<float, bf16>>(cpu::context{threads});
-                if (weights == "q8") return f.template operator()<cpu::backend<float, q8_block>>(cpu::context{threads});
+                if (weights == "bf16") return f.template operator()<cpu::backend<float, bf16>>(ctx);
+                if (weights == "q8") return f.template operator()<cpu::backend<float, q8_block>>(ctx);
             }
-            return f.template operator()<cpu::backend<float>>(cpu::context{threads});
+            return f.template operator()<cpu::backend<float>>(ctx);
         }
         if (device == "cuda") {
 #if defined(VWT_CLI_WITH_CUDA)
             cuda::context_options options;
             options.device = gpu;
-            if (gemm == "fp32") options.math = cuda::gemm_math::fp32;
-            else if (gemm == "tf32") options.math = cuda::gemm_math::tf32;
+            if (gemm == "tf32") options.math = cuda::gemm_math::tf32;
             else if (gemm == "bf16") options.math = cuda::gemm_math::bf16;
-            else detail::fail("--gemm: unknown arithmetic '", gemm, "' (fp32, tf32, bf16)");
+            else options.math = cuda::gemm_math::fp32;
             if (!cuda::context::available()) detail::fail("--device cuda: no CUDA device is visible");
             return f.template operator()<cuda::backend<float>>(cuda::context(options));
 #else

@@ -1,5 +1,6 @@
 // vwt::cpu: the Eigen backend policy. Every op the layers call, on host memory; each call takes a
-// cpu::context whose thread count the caller sets (no global state).
+// cpu::context (context.hpp) whose thread count and product precision the caller sets (no global
+// state).
 #pragma once
 
 // Threads: each op splits its work into fixed pieces for the context's thread count (OpenMP
@@ -29,6 +30,7 @@
 #include "../../error.hpp"
 #include "../buffer.hpp"
 #include "../policy.hpp"
+#include "context.hpp"
 #include "onednn_gemm.hpp"
 #include "weight_kernels.hpp"
 
@@ -42,10 +44,6 @@
 #endif
 
 namespace vwt::cpu {
-
-struct context {
-    int threads = 1;  // OpenMP threads for this call; 1 runs on the calling thread only
-};
 
 namespace detail {
 constexpr int eigen_extent(index_t n) { return n == dynamic_extent ? Eigen::Dynamic : static_cast<int>(n); }
@@ -129,6 +127,10 @@ struct backend {
     static void matmul_nt(const context& ctx, mat<const T> x, mat<const Weight> w, mat<T> y, T alpha = T(1), T beta = T(0)) {
         check_product(x.rows(), x.cols(), w.rows(), w.cols() * per_item, y, "matmul_nt", true);
         const index_t n = w.rows();
+        if (bf16_products(ctx, x.rows()))
+            return product_bf16(ctx, 'N', 'T', x.rows(), n, x.cols(), alpha, x, w, beta, y, [&](const context& f32, auto a, auto b) {
+                backend<T>::matmul_nt(f32, a, b, y, alpha, beta);
+            });
 #if defined(VWT_WITH_ONEDNN)
         if constexpr (std::is_same_v<T, float>)
             if (x.rows() > gemv_rows) return matmul_nt_onednn(ctx, x, w, y, alpha, beta);
@@ -180,6 +182,9 @@ struct backend {
     // (dx = dy . W). The rows of x are split across threads.
     static void matmul_nn(const context& ctx, mat<const T> x, mat<const Weight> w, mat<T> y, T alpha = T(1), T beta = T(0)) {
         check_product(x.rows(), x.cols(), w.cols() * per_item, w.rows(), y, "matmul_nn", true);
+        if (bf16_products(ctx, x.rows()))
+            return product_bf16(ctx, 'N', 'N', x.rows(), w.cols() * per_item, x.cols(), alpha, x, w, beta, y,
+                                [&](const context& f32, auto a, auto b) { backend<T>::matmul_nn(f32, a, b, y, alpha, beta); });
         if constexpr (!std::is_same_v<Weight, T>) {  // bf16 weights (inference storage): widened once, then as float
             auto wide = widened(w);
             return backend<T>::matmul_nn(ctx, x, wide.view().as_const(), y, alpha, beta);
@@ -208,6 +213,9 @@ struct backend {
         if (a.rows() != b.rows() || y.rows() != a.cols() || y.cols() != b.cols())
             vwt::detail::fail("matmul_tn: shapes [", a.rows(), " x ", a.cols(), "]^T . [", b.rows(), " x ", b.cols(), "] -> [",
                               y.rows(), " x ", y.cols(), "] do not match");
+        if (bf16_products(ctx, a.rows()))
+            return product_bf16(ctx, 'T', 'N', a.cols(), b.cols(), a.rows(), alpha, a, b, beta, y,
+                                [&](const context& f32, auto p, auto q) { backend<T>::matmul_tn(f32, p, q, y, alpha, beta); });
 #if defined(VWT_WITH_ONEDNN)
         if constexpr (std::is_same_v<T, float>)
             return onednn::sgemm(ctx.threads, 'T', 'N', a.cols(), b.cols(), a.rows(), alpha, a.data(), a.stride(), b.data(), b.stride(),
@@ -554,6 +562,41 @@ struct backend {
     }
 
 private:
+    // Whether a product of `rows` rows runs on bf16 operands (see product_precision).
+    static bool bf16_products(const context& ctx, index_t rows) {
+        switch (ctx.products) {
+            case product_precision::f32: return false;
+            case product_precision::bf16: return true;
+            case product_precision::automatic: return std::is_same_v<Weight, bf16> && rows > gemv_rows;
+        }
+        return false;
+    }
+
+    // y = alpha * op(a) . op(b) + beta * y on operands rounded to bf16: oneDNN's bf16 matmul where
+    // the build and the CPU have one, else the same numbers (exact products of bf16 values, float
+    // sums) from float copies of the operands rounded to bf16, handed to `f32_product` with a
+    // context whose products are f32. q8 weights always take the second way.
+    template <class A, class Bw, class F32Product>
+    static void product_bf16(const context& ctx, char trans_a, char trans_b, index_t m, index_t n, index_t k, T alpha, mat<const A> a,
+                             mat<const Bw> b, T beta, mat<T> y, F32Product&& f32_product) {
+        if constexpr (!std::is_same_v<T, float>) {
+            vwt::detail::fail("cpu backend: bf16 products need float compute, not ", sizeof(T) * 8, "-bit");
+        } else {
+#if defined(VWT_WITH_ONEDNN)
+            if constexpr (!std::is_same_v<Bw, q8_block>)
+                if (onednn::gemm_bf16(*ctx.cache, ctx.threads, trans_a, trans_b, m, n, k, alpha, a.data(), a.stride(), b.data(),
+                                      b.stride(), beta, y.data(), y.stride()))
+                    return;
+#else
+            (void)trans_a, (void)trans_b, (void)m, (void)n, (void)k, (void)alpha, (void)beta, (void)y;
+#endif
+            auto ra = rounded_to_bf16(a), rb = rounded_to_bf16(b);
+            context f32 = ctx;
+            f32.products = product_precision::f32;
+            f32_product(f32, ra.view().as_const(), rb.view().as_const());
+        }
+    }
+
 #if defined(VWT_WITH_ONEDNN)
     // matmul_nt of more than gemv_rows rows through oneDNN: float weights in one call; bf16 and q8
     // weights widened 256 rows at a time (all of k) into a buffer, one call per panel.
@@ -633,6 +676,20 @@ private:
         const index_t cols = w.cols() * per_item;
         widened_matrix out{std::vector<T>(static_cast<std::size_t>(w.rows() * cols)), w.rows(), cols};
         for (index_t r = 0; r < w.rows(); ++r) kernels::widen(w.row(r), cols, out.data.data() + r * cols);
+        return out;
+    }
+
+    // A matrix of any element type widened to float, each value rounded to bf16.
+    template <class E>
+    static widened_matrix rounded_to_bf16(mat<const E> m) {
+        constexpr index_t items = elements_per_item<std::remove_const_t<E>>;
+        const index_t cols = m.cols() * items;
+        widened_matrix out{std::vector<T>(static_cast<std::size_t>(m.rows() * cols)), m.rows(), cols};
+        for (index_t r = 0; r < m.rows(); ++r) {
+            T* row = out.data.data() + r * cols;
+            kernels::widen(m.row(r), cols, row);
+            kernels::round_through_bf16(row, cols, row);
+        }
         return out;
     }
 

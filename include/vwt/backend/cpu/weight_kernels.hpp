@@ -34,6 +34,15 @@ inline void widen(const q8_block* w, index_t n, float* out) {
         for (index_t i = 0; i < q8_block::size; ++i) out[b * q8_block::size + i] = w[b][i];
 }
 
+// n floats rounded to bf16, nearest with ties to even (vwt::bf16's rounding); `rounded` keeps
+// them as floats, for the products that emulate bf16 operands with float ones.
+inline void round_to_bf16(const float* x, index_t n, bf16* out) {
+    for (index_t i = 0; i < n; ++i) out[i] = bf16(x[i]);
+}
+inline void round_through_bf16(const float* x, index_t n, float* out) {
+    for (index_t i = 0; i < n; ++i) out[i] = static_cast<float>(bf16(x[i]));
+}
+
 namespace detail {
 #if defined(__AVX512F__)
 constexpr index_t lanes = 16;

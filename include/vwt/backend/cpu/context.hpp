@@ -1,0 +1,62 @@
+// vwt::cpu::context: what every CPU op runs on, all of it set by the caller: the thread count, the
+// precision of the matrix products, and the cache where the products keep their oneDNN primitives.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "../../tensor/bf16.hpp"
+
+namespace vwt::cpu {
+
+// How matmul_nt, matmul_nn and matmul_tn multiply.
+enum class product_precision {
+    // bf16 for products of more than 4 rows (prefill) against bf16 weights; f32 otherwise.
+    automatic,
+    // The operands as stored (bf16 and q8 weights widened to float, which is exact), float sums.
+    f32,
+    // Both operands rounded to bf16 (nearest, ties to even), exact products, float sums: the
+    // products of mixed-precision training, with float weights kept as the master copy.
+    bf16,
+};
+
+// The oneDNN primitives that bf16 products create, one per shape, and the bf16 copies of their
+// float operands, kept between calls. Copies of a context share one cache; a product holds its
+// lock while it runs, so threads that share a context run their bf16 products one at a time. The
+// entries are type-erased, so this type is the same whether or not the build has oneDNN.
+class product_cache {
+public:
+    using key = std::array<std::int64_t, 10>;
+
+    // The entry stored under k, or nullptr; `make()` creates it on the first call (an entry may be
+    // nullptr itself, which records that the shape has no primitive on this CPU).
+    template <class Make>
+    std::shared_ptr<void> find_or_make(const key& k, Make&& make) {
+        for (const auto& [stored, entry] : entries_)
+            if (stored == k) return entry;
+        entries_.emplace_back(k, make());
+        return entries_.back().second;
+    }
+    std::shared_ptr<void>& engine() { return engine_; }
+    std::vector<bf16>& operand(int i) { return operands_[i]; }
+    std::mutex& mutex() { return mutex_; }
+    std::size_t size() const { return entries_.size(); }
+
+private:
+    std::mutex mutex_;
+    std::shared_ptr<void> engine_;
+    std::vector<std::pair<key, std::shared_ptr<void>>> entries_;
+    std::array<std::vector<bf16>, 2> operands_;
+};
+
+struct context {
+    int threads = 1;  // OpenMP threads for each op; 1 runs on the calling thread only
+    product_precision products = product_precision::automatic;
+    std::shared_ptr<product_cache> cache = std::make_shared<product_cache>();
+};
+
+}  // namespace vwt::cpu
