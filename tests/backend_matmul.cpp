@@ -290,9 +290,24 @@ TEST_CASE("matmul_nt with q8 weights equals a brute-force sum over the dequantiz
                             const auto& b = w[static_cast<std::size_t>(c * stride + j / 32)];
                             return static_cast<double>(b.scale) * b.q[j % 32];
                         };
+                        const strided prior = y;
                         const auto want = brute_force(m, n, k, [&](auto r, auto j) { return x.at(r, j); }, dequantized, alpha, beta, y);
-                        Q::matmul_nt({threads}, x.view(), vwt::host_matrix<const vwt::q8_block>{w.data(), n, blocks, stride}, y.view(), alpha,
-                                     beta);
+                        const vwt::host_matrix<const vwt::q8_block> wq{w.data(), n, blocks, stride};
+                        Q::matmul_nt({threads, vwt::cpu::product_precision::f32}, x.view(), wq, y.view(), alpha, beta);
                         check(y, want);
+                        // the default: above 4 rows both operands rounded to bf16 (the dequantized
+                        // weight, a float, rounded), float sums
+                        y = prior;
+                        const bool rounds = m > Q::gemv_rows;
+                        const auto want_default = brute_force(
+                            m, n, k, [&](auto r, auto j) { return rounds ? nearest_bf16(static_cast<float>(x.at(r, j))) : x.at(r, j); },
+                            [&](auto j, auto c) {
+                                const auto& b = w[static_cast<std::size_t>(c * stride + j / 32)];
+                                const float d = b.scale * static_cast<float>(b.q[j % 32]);
+                                return rounds ? nearest_bf16(d) : static_cast<double>(d);
+                            },
+                            alpha, beta, y);
+                        Q::matmul_nt({threads}, x.view(), wq, y.view(), alpha, beta);
+                        check(y, want_default);
                     }
 }

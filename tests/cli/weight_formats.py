@@ -1,6 +1,8 @@
 """`--weights bf16|q8` on the command line: `vwt logits` of a model kept in bf16 or q8 stays within
 the stated distance of the f32 logits (and moves them: the flag is not ignored), `vwt generate`
-runs, and a model whose widths are not whole q8 blocks is refused naming the tensor.
+runs, and a model whose widths are not whole q8 blocks is refused naming the tensor. `--gemm`:
+bf16 weights with fp32 products differ from the default (bf16 products in prefill), f32 weights
+with bf16 products differ from fp32 ones, all within the bf16 tolerance; tf32 is refused on the CPU.
 Usage: weight_formats.py VWT WORK"""
 import shutil
 import struct
@@ -15,10 +17,10 @@ subprocess.run([vwt, "init", "--layers", "4", "--hidden", "128", "--heads", "4",
 tokens = ",".join(str((i * 41 + 7) % 300) for i in range(24))
 
 
-def logits(weights):
-    out = f"{work}/logits_{weights}.bin"
-    subprocess.run([vwt, "logits", "--model", model, "--tokens", tokens, "--out", out, "--weights", weights, "--threads", "2"],
-                   check=True, stdout=subprocess.DEVNULL)
+def logits(weights, gemm="auto"):
+    out = f"{work}/logits_{weights}_{gemm}.bin"
+    subprocess.run([vwt, "logits", "--model", model, "--tokens", tokens, "--out", out, "--weights", weights, "--threads", "2",
+                    "--gemm", gemm], check=True, stdout=subprocess.DEVNULL)
     with open(out, "rb") as f:
         data = f.read()
     return struct.unpack(f"<{len(data) // 4}f", data)
@@ -33,6 +35,17 @@ for weights, tolerance in (("bf16", 1e-2), ("q8", 3e-2)):
     text = subprocess.run([vwt, "generate", "--model", model, "--prompt", "abc", "--max-new", "5", "--temperature", "0",
                            "--weights", weights], check=True, capture_output=True).stdout
     assert text.startswith(b"abc") and len(text) >= 4, text
+
+for weights, gemm in (("bf16", "fp32"), ("f32", "bf16")):
+    a, b = logits(weights, gemm), logits(weights)
+    apart = max(abs(x - y) for x, y in zip(a, b)) / scale
+    off = max(abs(x - y) for x, y in zip(a, full)) / scale
+    print(f"--weights {weights} --gemm {gemm}: {apart:.2e} from --gemm auto, {off:.2e} from f32")
+    assert 0 < apart < 1e-2 and off < 1e-2, (weights, gemm, apart, off)
+for gemm, message in (("tf32", "the CPU has auto, fp32, bf16"), ("fp16", "unknown arithmetic 'fp16'")):
+    r = subprocess.run([vwt, "logits", "--model", model, "--tokens", tokens, "--out", f"{work}/x.bin", "--gemm", gemm],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and message in r.stderr, r.stderr
 
 narrow = f"{work}/narrow"
 subprocess.run([vwt, "init", "--preset", "tiny_l6", "--out", narrow], check=True, stdout=subprocess.DEVNULL)

@@ -567,7 +567,7 @@ private:
         switch (ctx.products) {
             case product_precision::f32: return false;
             case product_precision::bf16: return true;
-            case product_precision::automatic: return std::is_same_v<Weight, bf16> && rows > gemv_rows;
+            case product_precision::automatic: return !std::is_same_v<Weight, T> && rows > gemv_rows;
         }
         return false;
     }
@@ -575,7 +575,7 @@ private:
     // y = alpha * op(a) . op(b) + beta * y on operands rounded to bf16: oneDNN's bf16 matmul where
     // the build and the CPU have one, else the same numbers (exact products of bf16 values, float
     // sums) from float copies of the operands rounded to bf16, handed to `f32_product` with a
-    // context whose products are f32. q8 weights always take the second way.
+    // context whose products are f32. q8 weights are dequantized, then rounded.
     template <class A, class Bw, class F32Product>
     static void product_bf16(const context& ctx, char trans_a, char trans_b, index_t m, index_t n, index_t k, T alpha, mat<const A> a,
                              mat<const Bw> b, T beta, mat<T> y, F32Product&& f32_product) {
@@ -583,10 +583,9 @@ private:
             vwt::detail::fail("cpu backend: bf16 products need float compute, not ", sizeof(T) * 8, "-bit");
         } else {
 #if defined(VWT_WITH_ONEDNN)
-            if constexpr (!std::is_same_v<Bw, q8_block>)
-                if (onednn::gemm_bf16(*ctx.cache, ctx.threads, trans_a, trans_b, m, n, k, alpha, a.data(), a.stride(), b.data(),
-                                      b.stride(), beta, y.data(), y.stride()))
-                    return;
+            if (onednn::gemm_bf16(*ctx.cache, ctx.threads, trans_a, trans_b, m, n, k, alpha, a.data(), a.stride(), b.data(), b.stride(),
+                                  beta, y.data(), y.stride()))
+                return;
 #else
             (void)trans_a, (void)trans_b, (void)m, (void)n, (void)k, (void)alpha, (void)beta, (void)y;
 #endif

@@ -15,11 +15,12 @@ namespace vwt::cpu {
 
 // How matmul_nt, matmul_nn and matmul_tn multiply.
 enum class product_precision {
-    // bf16 for products of more than 4 rows (prefill) against bf16 weights; f32 otherwise.
+    // bf16 for products of more than 4 rows (prefill) against bf16 or q8 weights; f32 otherwise.
     automatic,
     // The operands as stored (bf16 and q8 weights widened to float, which is exact), float sums.
     f32,
-    // Both operands rounded to bf16 (nearest, ties to even), exact products, float sums: the
+    // Both operands rounded to bf16 (nearest, ties to even; q8 weights dequantized first), exact
+    // products, float sums: the
     // products of mixed-precision training, with float weights kept as the master copy.
     bf16,
 };

@@ -54,26 +54,40 @@ void with_threads(int threads, F&& f) {
     f();
 }
 
-// The operand `rows x cols` at p (leading dimension ld) as bf16: itself when it is bf16, else
-// rounded into `copy` (packed, leading dimension cols) on `threads` threads.
+// The operand `rows x cols` at p (leading dimension ld, in stored items) as bf16: itself when it
+// is bf16, else rounded into `copy` (packed, leading dimension cols) on `threads` threads; q8
+// blocks are dequantized to float first, then rounded.
 template <class E>
 const bf16* as_bf16(int threads, const E* p, index_t rows, index_t cols, index_t& ld, std::vector<bf16>& copy) {
     if constexpr (std::is_same_v<E, bf16>) {
         return p;
     } else {
-        static_assert(std::is_same_v<E, float>, "bf16 products take float or bf16 operands");
+        static_assert(std::is_same_v<E, float> || std::is_same_v<E, q8_block>, "bf16 products take float, bf16 or q8 operands");
         copy.resize(static_cast<std::size_t>(rows * cols));
         const index_t from = ld;
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && rows > 1)
-        for (index_t r = 0; r < rows; ++r) kernels::round_to_bf16(p + r * from, cols, copy.data() + r * cols);
+#pragma omp parallel num_threads(threads) if (threads > 1 && rows > 1)
+        {
+            std::vector<float> wide(std::is_same_v<E, float> ? 0 : static_cast<std::size_t>(cols));
+#pragma omp for schedule(static)
+            for (index_t r = 0; r < rows; ++r) {
+                const float* row = nullptr;
+                if constexpr (std::is_same_v<E, float>) {
+                    row = p + r * from;
+                } else {
+                    kernels::widen(p + r * from, cols, wide.data());
+                    row = wide.data();
+                }
+                kernels::round_to_bf16(row, cols, copy.data() + r * cols);
+            }
+        }
         ld = cols;
         return copy.data();
     }
 }
 }  // namespace detail
 
-// y = alpha * op(a) . op(b) + beta * y with bf16 operands (float ones rounded to bf16 first, ties
-// to even), float sums and a float y, row-major, op = transpose where the flag is 'T'. It runs a
+// y = alpha * op(a) . op(b) + beta * y with bf16 operands (float and q8 ones rounded to bf16 first,
+// ties to even), float sums and a float y, row-major, op = transpose where the flag is 'T'. It runs a
 // oneDNN matmul primitive made on the first call of each shape and kept in `cache`. Returns false,
 // having done nothing, where oneDNN has no bf16 matmul for this CPU (one without AVX-512); the
 // caller then multiplies another way.

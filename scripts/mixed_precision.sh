@@ -4,7 +4,7 @@
 # fp32 master weights and optimizer state) and with `--gemm fp32`, 3 seeds each, the same windows
 # in the same order per seed. Writes the runs' logs and results/mixed_precision/report.md.
 #
-#   experiments/mixed_precision.sh [BUILD_DIR] [DATA_FILE] [STEPS]
+#   scripts/mixed_precision.sh [BUILD_DIR] [DATA_FILE] [STEPS]
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build}
@@ -24,4 +24,4 @@ for seed in 1 2 3; do
         echo "$gemm seed $seed: $(tail -1 "$run/log.jsonl")"
     done
 done
-python3 "$here/experiments/mixed_precision_report.py" "$out" "$steps" "$(lscpu | sed -n 's/^Model name: *//p' | head -1)"
+python3 "$here/scripts/mixed_precision_report.py" "$out" "$steps" "$(lscpu | sed -n 's/^Model name: *//p' | head -1)"

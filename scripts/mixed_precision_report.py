@@ -1,4 +1,4 @@
-"""Summarises experiments/mixed_precision.sh: per seed, the fp32 and bf16 loss curves side by side.
+"""Summarises scripts/mixed_precision.sh: per seed, the fp32 and bf16 loss curves side by side.
 
 "Within noise" is judged against the spread between seeds: for each step, the bf16 - fp32 gap of a
 seed is compared with the standard deviation of the fp32 losses across seeds at that step.
@@ -32,7 +32,7 @@ lines = [
     f"tiny_l8 (x-shaped) on byte-level tinyshakespeare, {steps} steps of 8 x 128 tokens, lr 5e-3 cosine, "
     f"3 seeds; `--gemm bf16` (operands of every matrix product rounded to bf16, fp32 sums, fp32 master "
     f"weights and AdamW state) against `--gemm fp32`. Machine: {cpu}, 2 threads. "
-    "Command: `experiments/mixed_precision.sh`.",
+    "Command: `scripts/mixed_precision.sh`.",
     "",
     "## Validation loss",
     "",
