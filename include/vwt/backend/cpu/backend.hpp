@@ -633,7 +633,12 @@ private:
         parallel_for(threads, threads, [&](index_t t) {
             const int h0 = static_cast<int>(t * shape.heads / threads), h1 = static_cast<int>((t + 1) * shape.heads / threads);
             const auto scores = [&](int h) { return Eigen::Map<row>(scratch.data() + h * n_ctx, n_ctx); };
-            for (index_t j = 0; j < n_ctx; ++j)
+            index_t j = 0;
+            if constexpr (std::is_same_v<T, float>)  // 16 keys at a time, reduced together
+                for (; j + 16 <= n_ctx; j += 16)
+                    for (int h = h0; h < h1; ++h)
+                        kernels::dot16(keys.row(j) + (h / group) * d, keys.stride(), q.row(0) + h * d, d, scratch.data() + h * n_ctx + j);
+            for (; j < n_ctx; ++j)
                 for (int h = h0; h < h1; ++h) scratch[h * n_ctx + j] = head_dot(keys.row(j) + (h / group) * d, q.row(0) + h * d, d);
             for (int h = h0; h < h1; ++h) {
                 auto p = scores(h);

@@ -155,6 +155,39 @@ inline float dot(const q8_block* w, const float* x, index_t k) {
     return sum;
 }
 
+// out[i] = dot(rows + i * stride, x) over d floats, for i < 16: decode attention's scores of 16
+// cached keys. The 16 sums stay in registers, one per row, and are reduced together by a
+// transposing tree (about 3 instructions per row, against ~10 for reducing each row alone).
+inline void dot16(const float* rows, index_t stride, const float* x, index_t d, float* out) {
+#if defined(__AVX512F__)
+    __m512 v[16];
+    for (auto& a : v) a = _mm512_setzero_ps();
+    for (index_t c = 0; c < d; c += 16) {
+        const auto m = static_cast<__mmask16>(d - c >= 16 ? 0xffff : (1u << (d - c)) - 1);
+        const __m512 xv = _mm512_maskz_loadu_ps(m, x + c);
+        for (int i = 0; i < 16; ++i) v[i] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, rows + i * stride + c), xv, v[i]);
+    }
+    // b[i]: the 256-bit halves of v[2i] and v[2i+1] added (8 partial sums each, in 128-bit chunks:
+    // v[2i] in chunks 0-1, v[2i+1] in chunks 2-3)
+    __m512 b[8];
+    for (int i = 0; i < 8; ++i)
+        b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44), _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+    // c[i]: chunk j holds 4 partial sums of row 4i + j
+    __m512 c[4];
+    for (int i = 0; i < 4; ++i)
+        c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0x88), _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xDD));
+    // in each chunk j: lane p holds row 4p + j, summed
+    const __m512 d0 = _mm512_add_ps(_mm512_unpacklo_ps(c[0], c[1]), _mm512_unpackhi_ps(c[0], c[1]));
+    const __m512 d1 = _mm512_add_ps(_mm512_unpacklo_ps(c[2], c[3]), _mm512_unpackhi_ps(c[2], c[3]));
+    const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(d0, d1, 0x44), _mm512_shuffle_ps(d0, d1, 0xEE));
+    // lane 4j + p holds row 4p + j: transpose the 4 x 4 lanes
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_storeu_ps(out, _mm512_permutexvar_ps(order, r));
+#else
+    for (index_t i = 0; i < 16; ++i) out[i] = dot(rows + i * stride, x, d);
+#endif
+}
+
 // y += sum over i < rows of a[i] * x[i * stride + c], for c < n: a block of weighted rows summed in
 // registers, each chunk of y loaded and stored once per block (attention's values).
 inline void weighted_row_sum(const float* a, const float* x, index_t stride, index_t rows, float* y, index_t n) {
