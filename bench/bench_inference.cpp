@@ -96,33 +96,35 @@ template <class Model>
 struct prefill_runner {
     using B = typename Model::backend;
     const Model& m;
+    const typename B::context ctx{threads};  // one context for every call: it keeps the GEMM primitives
     std::vector<int> tokens;
     vwt::kv_cache<B> cache;
     vwt::forward_workspace<B> ws;
     explicit prefill_runner(const Model& model)
-        : m(model), tokens(prefill_tokens), cache(model.make_cache(prefill_tokens)), ws(model.make_workspace({threads}, prefill_tokens, prefill_tokens)) {
+        : m(model), tokens(prefill_tokens), cache(model.make_cache(prefill_tokens)), ws(model.make_workspace(ctx, prefill_tokens, prefill_tokens)) {
         for (int i = 0; i < prefill_tokens; ++i) tokens[static_cast<std::size_t>(i)] = (i * 31) % bench_vocab;
     }
     void operator()() {
         cache.clear();
         const vwt::sequence_input<B> in{&cache, tokens};
-        benchmark::DoNotOptimize(m.forward({threads}, ws, std::span(&in, 1)));
+        benchmark::DoNotOptimize(m.forward(ctx, ws, std::span(&in, 1)));
     }
 };
 
 // One decode step at context decode_context, in a session (no allocation per step).
 template <class Model>
 struct decode_runner {
+    const typename Model::backend::context ctx{threads};
     vwt::session<Model> s;
     int next = 7;
-    explicit decode_runner(const Model& model) : s(model, {threads}, decode_context + 1) {
+    explicit decode_runner(const Model& model) : s(model, ctx, decode_context + 1) {
         std::vector<int> prompt(decode_context);
         for (int i = 0; i < decode_context; ++i) prompt[static_cast<std::size_t>(i)] = (i * 17) % bench_vocab;
-        s.append({threads}, prompt);
+        s.append(ctx, prompt);
     }
     void operator()() {
         s.truncate(decode_context);
-        benchmark::DoNotOptimize(s.append({threads}, std::span(&next, 1)));
+        benchmark::DoNotOptimize(s.append(ctx, std::span(&next, 1)));
     }
 };
 
