@@ -18,7 +18,9 @@
 namespace vwt::cpu::kernels {
 
 // n weights widened to float.
-inline void widen(const float* w, index_t n, float* out) { std::memcpy(out, w, static_cast<std::size_t>(n) * sizeof(float)); }
+inline void widen(const float* w, index_t n, float* out) {
+    if (n > 0) std::memcpy(out, w, static_cast<std::size_t>(n) * sizeof(float));  // an empty row may have no storage
+}
 inline void widen(const bf16* w, index_t n, float* out) {
     index_t c = 0;
 #if defined(__AVX512F__)
