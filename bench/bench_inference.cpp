@@ -475,6 +475,10 @@ int main(int argc, char** argv) {
     std::printf("\nsummary, paired in one run, each figure the fastest of its repetitions (threads %d, prefill %d tokens, "
                 "decode at context %d, vocab %d)\n",
                 threads, prefill_tokens, decode_context, bench_vocab);
+    // The time the same-shape GEMMs take at `gemm_gflops`, as a share of a prefill at `tokens_per_s`.
+    const auto gemm_share = [](const std::string& w, double gemm_gflops, double tokens_per_s) {
+        return 100 * (sgemm_flops(bench_schedule(w == "u")) / gemm_gflops / 1e9) / (prefill_tokens / tokens_per_s);
+    };
     for (const char* which : {"x", "u"}) {
         const std::string w = which;
         const double p = counter("paired_prefill", (w + "_GFLOPs").c_str());
@@ -486,7 +490,7 @@ int main(int argc, char** argv) {
         std::printf(" same-shape GFLOP/s\n");
         if (const double g = counter("paired_prefill", (w + "_oneDNN_GFLOPs").c_str()); g > 0)
             std::printf("%-8s the same GEMMs in oneDNN take %.0f%% of f32 prefill's time (the rest: attention, norms, RoPE, SwiGLU, copies)\n", "",
-                        100 * (sgemm_flops(bench_schedule(w == "u")) / g / 1e9) / (prefill_tokens / counter("paired_prefill", (w + "_tokens_per_s").c_str())));
+                        gemm_share(w, g, counter("paired_prefill", (w + "_tokens_per_s").c_str())));
         for (const char* format : {"f32", "bf16", "q8"}) {
             const std::string bench = std::string("paired_decode/") + format;
             const double d = counter(bench, (w + "_tokens_per_s").c_str());
@@ -503,7 +507,7 @@ int main(int argc, char** argv) {
             std::printf("%-8s prefill %-4s weights %.0f tok/s, %.1f GFLOP/s", "", format, h, flops);
             if (const double g = counter(bench, (w + "_bf16_gemm_GFLOPs").c_str()); g > 0)
                 std::printf(" = %.0f%% of oneDNN's bf16 GEMM on the same shapes (%.1f GFLOP/s); the GEMMs' share of prefill %.0f%%", 100 * flops / g,
-                            g, 100 * (sgemm_flops(bench_schedule(w == "u")) / g / 1e9) / (prefill_tokens / h));
+                            g, gemm_share(w, g, h));
             std::printf("\n");
         }
     }

@@ -32,7 +32,7 @@ struct device_flags {
         cmd.add_option("--threads", threads, "CPU threads (--device cpu)");
         cmd.add_option("--gpu", gpu, "CUDA device ordinal (--device cuda)");
         cmd.add_option("--gemm", gemm,
-                       "matrix products: auto (fp32; on the CPU bf16 in prefill against --weights bf16), fp32, bf16 (operands "
+                       "matrix products: auto (fp32; on the CPU bf16 in prefill against --weights bf16 or q8), fp32, bf16 (operands "
                        "rounded to bf16, fp32 sums: mixed precision with fp32 master weights in training), or tf32 (--device cuda)");
     }
 

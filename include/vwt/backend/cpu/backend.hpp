@@ -676,8 +676,9 @@ private:
         index_t rows = 0, cols = 0;
         mat<T> view() { return vec<T>(data.data(), rows * cols).as_matrix(rows, cols); }
     };
-    static widened_matrix widened(mat<const Weight> w) {
-        const index_t cols = w.cols() * per_item;
+    template <class E>
+    static widened_matrix widened(mat<const E> w) {
+        const index_t cols = w.cols() * elements_per_item<E>;
         widened_matrix out{std::vector<T>(static_cast<std::size_t>(w.rows() * cols)), w.rows(), cols};
         for (index_t r = 0; r < w.rows(); ++r) kernels::widen(w.row(r), cols, out.data.data() + r * cols);
         return out;
@@ -686,14 +687,8 @@ private:
     // A matrix of any element type widened to float, each value rounded to bf16.
     template <class E>
     static widened_matrix rounded_to_bf16(mat<const E> m) {
-        constexpr index_t items = elements_per_item<std::remove_const_t<E>>;
-        const index_t cols = m.cols() * items;
-        widened_matrix out{std::vector<T>(static_cast<std::size_t>(m.rows() * cols)), m.rows(), cols};
-        for (index_t r = 0; r < m.rows(); ++r) {
-            T* row = out.data.data() + r * cols;
-            kernels::widen(m.row(r), cols, row);
-            kernels::round_through_bf16(row, cols, row);
-        }
+        auto out = widened(m);
+        kernels::round_through_bf16(out.data.data(), static_cast<index_t>(out.data.size()), out.data.data());
         return out;
     }
 

@@ -20,8 +20,8 @@ enum class product_precision {
     // The operands as stored (bf16 and q8 weights widened to float, which is exact), float sums.
     f32,
     // Both operands rounded to bf16 (nearest, ties to even; q8 weights dequantized first), exact
-    // products, float sums: the
-    // products of mixed-precision training, with float weights kept as the master copy.
+    // products, float sums: the products of mixed-precision training, with float weights kept as
+    // the master copy.
     bf16,
 };
 

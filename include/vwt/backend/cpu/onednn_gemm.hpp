@@ -20,6 +20,21 @@
 
 namespace vwt::cpu::onednn {
 
+namespace detail {
+// Runs f with the calling thread's OpenMP thread count set to `threads`, restoring it after (oneDNN
+// threads with OpenMP and reads that count).
+template <class F>
+void with_threads(int threads, F&& f) {
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    struct restore {
+        int n;
+        ~restore() { omp_set_num_threads(n); }
+    } guard{saved};
+    f();
+}
+}  // namespace detail
+
 // y = alpha * op(a) . op(b) + beta * y, row-major, op = transpose where the flag is 'T', on
 // `threads` threads: oneDNN threads with OpenMP, so the calling thread's OpenMP thread count is
 // set for the call and restored after it (inside an enclosing parallel region oneDNN runs on the
@@ -32,28 +47,14 @@ inline void sgemm(int threads, char trans_a, char trans_b, index_t m, index_t n,
             for (index_t c = 0; c < n; ++c) y[r * ldy + c] = beta == 0.0f ? 0.0f : beta * y[r * ldy + c];
         return;
     }
-    const int saved = omp_get_max_threads();
-    omp_set_num_threads(threads);
-    const dnnl_status_t status = dnnl_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, y, ldy);
-    omp_set_num_threads(saved);
+    dnnl_status_t status = dnnl_success;
+    detail::with_threads(threads, [&] { status = dnnl_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, y, ldy); });
     if (status != dnnl_success)
         vwt::detail::fail("oneDNN sgemm (", trans_a, trans_b, ") of [", m, " x ", k, "] by [", k, " x ", n, "] failed with status ",
                           static_cast<int>(status));
 }
 
 namespace detail {
-// Runs f with the calling thread's OpenMP thread count set to `threads`, restoring it after.
-template <class F>
-void with_threads(int threads, F&& f) {
-    const int saved = omp_get_max_threads();
-    omp_set_num_threads(threads);
-    struct restore {
-        int n;
-        ~restore() { omp_set_num_threads(n); }
-    } guard{saved};
-    f();
-}
-
 // The operand `rows x cols` at p (leading dimension ld, in stored items) as bf16: itself when it
 // is bf16, else rounded into `copy` (packed, leading dimension cols) on `threads` threads; q8
 // blocks are dequantized to float first, then rounded.

@@ -36,8 +36,8 @@ inline void widen(const q8_block* w, index_t n, float* out) {
         for (index_t i = 0; i < q8_block::size; ++i) out[b * q8_block::size + i] = w[b][i];
 }
 
-// n floats rounded to bf16, nearest with ties to even (vwt::bf16's rounding); `rounded` keeps
-// them as floats, for the products that emulate bf16 operands with float ones.
+// n floats rounded to bf16, nearest with ties to even (vwt::bf16's rounding); round_through_bf16
+// keeps them as floats, for the products that emulate bf16 operands with float ones.
 inline void round_to_bf16(const float* x, index_t n, bf16* out) {
     for (index_t i = 0; i < n; ++i) out[i] = bf16(x[i]);
 }
