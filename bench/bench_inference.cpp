@@ -117,7 +117,7 @@ struct decode_runner {
     const typename Model::backend::context ctx{threads};
     vwt::session<Model> s;
     int next = 7;
-    explicit decode_runner(const Model& model) : s(model, ctx, decode_context + 1) {
+    explicit decode_runner(const Model& model, vwt::kv_dtype kv = vwt::kv_dtype::compute) : s(model, ctx, decode_context + 1, 0, kv) {
         std::vector<int> prompt(decode_context);
         for (int i = 0; i < decode_context; ++i) prompt[static_cast<std::size_t>(i)] = (i * 17) % bench_vocab;
         s.append(ctx, prompt);
@@ -352,10 +352,11 @@ void paired_prefill(benchmark::State& state) {
 }
 BENCHMARK(paired_prefill)->Iterations(16)->UseManualTime()->Unit(benchmark::kMillisecond);
 
-// Decode with weights stored as B::weight_type (f32, bf16, q8), against the read bound of its bytes.
-template <class B>
+// Decode with weights stored as B::weight_type (f32, bf16, q8) and a KV cache of KV, against the
+// read bound of its bytes.
+template <class B, vwt::kv_dtype KV = vwt::kv_dtype::compute>
 void paired_decode(benchmark::State& state) {
-    decode_runner<vwt::model<B>> dx(bench_model<B>(false)), du(bench_model<B>(true));
+    decode_runner<vwt::model<B>> dx(bench_model<B>(false), KV), du(bench_model<B>(true), KV);
     read_runner read;
     double tdx = 1e9, tdu = 1e9, tr = 1e9;
     for (auto _ : state) {
@@ -364,11 +365,12 @@ void paired_decode(benchmark::State& state) {
         state.SetIterationTime(a + b + c);
     }
     const double bw = 4.0 * read_runner::n / tr;
-    // A decode step reads every weight and the KV cache of decode_context tokens (f32) once.
+    // A decode step reads every weight and the KV cache of decode_context tokens once.
     const auto bytes = [](bool u) {
         const auto& m = bench_model<B>(u);
+        const int kv_bytes = KV == vwt::kv_dtype::bf16 ? 2 : 4;
         return static_cast<double>(m.parameters().size() * sizeof(typename B::weight_type)) +
-               static_cast<double>(vwt::account(m.schedule(), {decode_context, 4, 4}).kv_bytes_per_token) * decode_context;
+               static_cast<double>(vwt::account(m.schedule(), {decode_context, kv_bytes, 4}).kv_bytes_per_token) * decode_context;
     };
     state.counters["read_GBs"] = bw / 1e9;
     state.counters["x_tokens_per_s"] = 1 / tdx;
@@ -379,6 +381,11 @@ void paired_decode(benchmark::State& state) {
 BENCHMARK(paired_decode<backend>)->Name("paired_decode/f32")->Iterations(60)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(paired_decode<bf16_backend>)->Name("paired_decode/bf16")->Iterations(60)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(paired_decode<q8_backend>)->Name("paired_decode/q8")->Iterations(60)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(paired_decode<bf16_backend, vwt::kv_dtype::bf16>)
+    ->Name("paired_decode/bf16_kv")
+    ->Iterations(60)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 // Prefill with weights stored as B::weight_type, alternated with f32 weights: what widening costs.
 template <class B>
@@ -491,13 +498,14 @@ int main(int argc, char** argv) {
         if (const double g = counter("paired_prefill", (w + "_oneDNN_GFLOPs").c_str()); g > 0)
             std::printf("%-8s the same GEMMs in oneDNN take %.0f%% of f32 prefill's time (the rest: attention, norms, RoPE, SwiGLU, copies)\n", "",
                         gemm_share(w, g, counter("paired_prefill", (w + "_tokens_per_s").c_str())));
-        for (const char* format : {"f32", "bf16", "q8"}) {
+        for (const char* format : {"f32", "bf16", "q8", "bf16_kv"}) {
             const std::string bench = std::string("paired_decode/") + format;
             const double d = counter(bench, (w + "_tokens_per_s").c_str());
             const double bound = counter(bench, (w + "_bound_tokens_per_s").c_str());
+            const bool kv16 = std::string(format) == "bf16_kv";
             if (d > 0)
-                std::printf("%-8s decode %-4s weights %.1f tok/s = %.0f%% of the read-bandwidth bound %.1f tok/s (read %.1f GB/s)\n", "",
-                            format, d, 100 * d / bound, bound, counter(bench, "read_GBs"));
+                std::printf("%-8s decode %-4s weights, %s KV %.1f tok/s = %.0f%% of the read-bandwidth bound %.1f tok/s (read %.1f GB/s)\n",
+                            "", kv16 ? "bf16" : format, kv16 ? "bf16" : "f32 ", d, 100 * d / bound, bound, counter(bench, "read_GBs"));
         }
         for (const char* format : {"bf16", "q8"}) {
             const std::string bench = std::string("paired_prefill_format/") + format;

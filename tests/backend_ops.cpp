@@ -262,6 +262,69 @@ TEMPLATE_TEST_CASE("ops: decode attention over long pasts and odd head dims", "[
                 }
 }
 
+// A KV cache in bf16: split_qkv stores keys and values rounded to the nearest bf16, and attention
+// (prefill with a past, and decode) reads them exactly. The oracle rounds on the host with
+// vwt::bf16 (tested against the IEEE rule in backend_matmul.cpp) and attends in double.
+#if !defined(VWT_TEST_CUDA)
+TEMPLATE_TEST_CASE("ops: keys and values kept in bf16 are rounded by split_qkv and read exactly by attention", "[ops]",
+                   vwt::cpu::backend<float>, vwt::reference::backend<float>) {
+    STATIC_REQUIRE(vwt::supports_kv_bf16<TestType>);
+    STATIC_REQUIRE(!vwt::supports_kv_bf16<vwt::cuda::emulated_backend<float>>);
+    using P = TestType;
+    const auto round = [](double x) { return static_cast<double>(static_cast<float>(vwt::bf16(static_cast<float>(x)))); };
+    for (const auto& heads : std::vector<std::pair<int, int>>{{4, 4}, {6, 2}})
+        for (const index_t d : {8, 22})
+            for (const index_t past : {0, 37})
+                for (const index_t T_q : {1, 9, 70})
+                    for (const int threads : {1, 2}) {
+                        if (threads > 1 && !has_threads<P>()) continue;
+                        const int H = heads.first, Hkv = heads.second, G = H / Hkv;
+                        const index_t n_ctx = past + T_q, cols = (H + 2 * Hkv) * d;
+                        INFO("H " << H << " Hkv " << Hkv << " d " << d << " past " << past << " rows " << T_q << " threads " << threads);
+                        const auto qkv = values(n_ctx * cols, 61);
+                        const vwt::attention_shape<> shape{H, Hkv, vwt::extent<vwt::dynamic_extent>(d)};
+                        const auto ctx = context_of<P>(threads);
+                        on<P> QKV(ctx, qkv, n_ctx, cols, 1), Q(ctx, values(n_ctx * H * d, 62), n_ctx, H * d);
+                        on<P> O(ctx, values(T_q * H * d, 63), T_q, H * d, 2);
+                        typename P::template buffer<vwt::bf16> kb(n_ctx * Hkv * d), vb(n_ctx * Hkv * d);
+                        const auto K = kb.view().as_matrix(n_ctx, Hkv * d), V = vb.view().as_matrix(n_ctx, Hkv * d);
+                        P::split_qkv(ctx, QKV.m().as_const(), Q.m(), K, V, shape);
+                        const index_t need = P::attention_scratch(ctx, T_q, n_ctx, shape, vwt::kv_dtype::bf16);
+                        on<P> scratch(ctx, std::vector<double>(static_cast<std::size_t>(need)), 1, need);
+                        P::attention(ctx, Q.m().as_const().rows_range(past, n_ctx), K.as_const(), V.as_const(), O.m(), shape,
+                                     typename P::compute_type(0.3), scratch.v());
+
+                        // the oracle: the same split with rounding on the host, attention in double
+                        std::vector<double> q(static_cast<std::size_t>(T_q * H * d)), k(static_cast<std::size_t>(n_ctx * Hkv * d)), v(k.size());
+                        std::vector<std::uint16_t> k_bits(k.size()), v_bits(k.size());
+                        for (index_t r = 0; r < n_ctx; ++r)
+                            for (int g = 0; g < Hkv; ++g)
+                                for (index_t c = 0; c < d; ++c) {
+                                    const auto at = [&](index_t col) { return qkv[static_cast<std::size_t>(r * cols + g * (G + 2) * d + col)]; };
+                                    const auto i = static_cast<std::size_t>(r * Hkv * d + g * d + c);
+                                    k[i] = round(at(G * d + c));
+                                    v[i] = round(at((G + 1) * d + c));
+                                    k_bits[i] = vwt::bf16(static_cast<float>(at(G * d + c))).bits;
+                                    v_bits[i] = vwt::bf16(static_cast<float>(at((G + 1) * d + c))).bits;
+                                    if (r < past) continue;
+                                    for (int h = 0; h < G; ++h)
+                                        q[static_cast<std::size_t>((r - past) * H * d + (g * G + h) * d + c)] = at(h * d + c);
+                                }
+                        const auto octx = context_of<oracle>(1);
+                        on<oracle> oq(octx, q, T_q, H * d), ok(octx, k, n_ctx, Hkv * d), ov(octx, v, n_ctx, Hkv * d), oo(octx, values(T_q * H * d, 64), T_q, H * d);
+                        oracle::attention(octx, oq.m().as_const(), ok.m().as_const(), ov.m().as_const(), oo.m(), shape, 0.3, oq.v());
+                        same<P>(O.get(), oo.get(), 5e-5);
+
+                        std::vector<vwt::bf16> stored_k(k.size()), stored_v(k.size());
+                        P::download(ctx, vwt::vector_view<const vwt::bf16, typename P::memory>(kb.view()), std::span<vwt::bf16>(stored_k));
+                        P::download(ctx, vwt::vector_view<const vwt::bf16, typename P::memory>(vb.view()), std::span<vwt::bf16>(stored_v));
+                        bool exact = true;
+                        for (std::size_t i = 0; i < k.size(); ++i) exact = exact && stored_k[i].bits == k_bits[i] && stored_v[i].bits == v_bits[i];
+                        CHECK(exact);
+                    }
+}
+#endif
+
 TEMPLATE_TEST_CASE("ops: SwiGLU in both layouts and its backward", "[ops]", POLICIES) {
     SKIP_WITHOUT_DEVICE();
     for (const auto layout : {vwt::swiglu_layout::split, vwt::swiglu_layout::interleaved})

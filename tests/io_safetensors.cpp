@@ -305,3 +305,161 @@ TEST_CASE("model directories: bad configs and mismatched tensors are named") {
         CHECK_THROWS_WITH(vwt::io::load_model_dir(m.dir), Contains("has dtype I32; F32, F16, BF16 or F64 expected"));
     }
 }
+
+namespace {
+// Logits of a model over a few tokens (to compare models loaded different ways).
+template <class B>
+std::vector<float> logits_of(const vwt::model<B>& m) {
+    const std::vector<int> tokens{5, 77, 200, 3, 41, 9, 120};
+    auto cache = m.make_cache(16);
+    const vwt::sequence_input<B> in{&cache, tokens};
+    return m.forward(typename B::context{}, std::span(&in, 1), vwt::logits_mode::all);
+}
+std::vector<std::string> files_in(const std::filesystem::path& dir) {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+}
+}  // namespace
+
+TEST_CASE("sharded checkpoints: save_pretrained's names and index, read back exactly, faults named") {
+    model_dir m;
+    const vwt::parameter_layout layout(m.config);
+    // tiny_l6 in F32 is ~1.1 MB: shards of at most 200 kB
+    vwt::io::save_model_dir(m.dir, m.config, m.params, vwt::io::dtype::f32, nullptr, 200'000);
+    const auto names = files_in(m.dir);
+    CHECK(std::find(names.begin(), names.end(), "model.safetensors") == names.end());  // the single file it replaced is gone
+    REQUIRE(std::find(names.begin(), names.end(), "model.safetensors.index.json") != names.end());
+    std::size_t shards = 0;
+    for (const auto& n : names) shards += n.starts_with("model-") ? 1 : 0;
+    REQUIRE(shards >= 5);
+    char last[64];
+    std::snprintf(last, sizeof last, "model-%05zu-of-%05zu.safetensors", shards, shards);
+    CHECK(std::find(names.begin(), names.end(), std::string(last)) != names.end());
+    const auto index = nlohmann::json::parse(std::ifstream(m.dir / "model.safetensors.index.json"));
+    std::map<std::string, int> tensors_in;
+    for (const auto& [tensor, shard] : index["weight_map"].items()) ++tensors_in[shard.get<std::string>()];
+    for (const auto& n : names)  // at most the limit (+ its header), or one tensor larger than it
+        if (n.starts_with("model-")) CHECK((std::filesystem::file_size(m.dir / n) <= 200'000 + 4096 || tensors_in[n] == 1));
+    CHECK(index["metadata"]["total_size"].get<std::int64_t>() == layout.size() * 4);
+    CHECK(index["weight_map"].size() == layout.tensors().size());
+    CHECK(index["weight_map"]["lm_head.weight"].get<std::string>() == last);
+
+    CHECK(vwt::io::load_model_dir(m.dir).params == m.params);
+    const auto sharded = vwt::io::load_model<vwt::cpu::backend<float>>(m.dir);
+    CHECK_FALSE(sharded.borrows_parameters());
+    CHECK(logits_of(sharded) == logits_of(vwt::model<vwt::cpu::backend<float>>(m.config, m.params)));
+
+    const auto rewrite_index = [&](const auto& change) {
+        auto j = index;
+        change(j);
+        m.write("model.safetensors.index.json", j.dump());
+    };
+    SECTION("a shard that is missing") {
+        std::filesystem::remove(m.dir / last);
+        CHECK_THROWS_WITH(vwt::io::load_model_dir(m.dir), Contains(last) && Contains("no such file"));
+    }
+    SECTION("a shard name that leaves the directory") {
+        rewrite_index([](auto& j) { j["weight_map"]["lm_head.weight"] = "../model-00001-of-00001.safetensors"; });
+        CHECK_THROWS_WITH(vwt::io::load_model_dir(m.dir), Contains("is not a file name in the directory"));
+    }
+    SECTION("a tensor the index puts in another shard") {
+        rewrite_index([](auto& j) { j["weight_map"]["lm_head.weight"] = "model-00001-of-" + std::string(j["weight_map"]["lm_head.weight"]).substr(15); });
+        CHECK_THROWS_WITH(vwt::io::load_model_dir(m.dir), Contains("tensor 'lm_head.weight' is not mapped to this shard"));
+    }
+    SECTION("a tensor the index does not name, a total size that does not add up") {
+        rewrite_index([](auto& j) { j["weight_map"]["transformer.extra"] = j["weight_map"]["lm_head.weight"]; });
+        CHECK_THROWS_WITH(vwt::io::load_model_dir(m.dir), Contains("unexpected tensor 'transformer.extra'"));
+        rewrite_index([](auto& j) { j["metadata"]["total_size"] = 12; });
+        CHECK_THROWS_WITH(vwt::io::load_model_dir(m.dir), Contains("metadata.total_size 12 but the shards hold"));
+        rewrite_index([](auto& j) { j.erase("weight_map"); });
+        CHECK_THROWS_WITH(vwt::io::load_model_dir(m.dir), Contains("no \"weight_map\" object"));
+    }
+    SECTION("both forms at once are refused; saving one form removes the other") {
+        vwt::io::write_safetensors(m.dir / "model.safetensors", std::vector<vwt::io::tensor_to_write>{}, vwt::io::dtype::f32);
+        CHECK_THROWS_WITH(vwt::io::load_model_dir(m.dir), Contains("holds both model.safetensors and model.safetensors.index.json"));
+        vwt::io::save_model_dir(m.dir, m.config, m.params);
+        CHECK(files_in(m.dir) == std::vector<std::string>{"config.json", "model.safetensors"});
+        CHECK(vwt::io::load_model_dir(m.dir).params == m.params);
+    }
+}
+
+TEST_CASE("load_model uses a vwt-written file in place when it is the parameter buffer, else converts tensor by tensor") {
+    model_dir m;
+    using f32_backend = vwt::cpu::backend<float>;
+    using bf16_backend = vwt::cpu::backend<float, vwt::bf16>;
+    using q8_backend = vwt::cpu::backend<float, vwt::q8_block>;
+    const vwt::parameter_layout layout(m.config);
+    const auto want_f32 = logits_of(vwt::model<f32_backend>(m.config, m.params));
+
+    // F32 file, f32 weights: in place, the same logits bit for bit (the data starts 64-byte aligned)
+    {
+        const auto a = vwt::io::load_model<f32_backend>(m.dir);
+        CHECK(a.borrows_parameters());
+        CHECK(reinterpret_cast<std::uintptr_t>(a.parameters().data()) % 64 == 0);
+        CHECK(logits_of(a) == want_f32);
+    }
+    // F32 file, bf16 and q8 weights: converted as convert_parameters converts them
+    {
+        const auto b = vwt::io::load_model<bf16_backend>(m.dir);
+        CHECK_FALSE(b.borrows_parameters());
+        CHECK(logits_of(b) == logits_of(vwt::model<bf16_backend>(m.config, vwt::convert_parameters<vwt::bf16>(layout, m.params))));
+    }
+    // BF16 file: in place for bf16 weights; widened for f32 weights
+    vwt::io::save_model_dir(m.dir, m.config, m.params, vwt::io::dtype::bf16);
+    const auto rounded = vwt::io::load_model_dir(m.dir).params;
+    {
+        const auto b = vwt::io::load_model<bf16_backend>(m.dir);
+        CHECK(b.borrows_parameters());
+        CHECK(logits_of(b) == logits_of(vwt::model<bf16_backend>(m.config, vwt::convert_parameters<vwt::bf16>(layout, rounded))));
+        const auto f = vwt::io::load_model<f32_backend>(m.dir);
+        CHECK_FALSE(f.borrows_parameters());
+        CHECK(logits_of(f) == logits_of(vwt::model<f32_backend>(m.config, rounded)));
+    }
+    // The reference policy's memory is not the host's: converted, uploaded, the same model.
+    CHECK(logits_of(vwt::io::load_model<vwt::reference::backend<float>>(m.dir)) ==
+          logits_of(vwt::model<vwt::reference::backend<float>>(m.config, rounded)));
+    // Tensors in another order (another writer): converted, the same model.
+    {
+        std::vector<vwt::io::tensor_to_write> reversed;
+        for (auto it = layout.tensors().rbegin(); it != layout.tensors().rend(); ++it)
+            reversed.push_back({it->name, it->shape, std::span<const float>(rounded).subspan(static_cast<std::size_t>(it->offset),
+                                                                                            static_cast<std::size_t>(it->numel()))});
+        vwt::io::write_safetensors(m.dir / "model.safetensors", reversed, vwt::io::dtype::bf16);
+        const auto b = vwt::io::load_model<bf16_backend>(m.dir);
+        CHECK_FALSE(b.borrows_parameters());
+        CHECK(logits_of(b) == logits_of(vwt::model<bf16_backend>(m.config, vwt::convert_parameters<vwt::bf16>(layout, rounded))));
+    }
+    // q8 needs whole blocks: tiny_l6's widths are not, and the error names the tensor.
+    CHECK_THROWS_WITH(vwt::io::load_model<q8_backend>(m.dir), Contains("transformer.h.0.ln_1.weight") && Contains("not whole blocks of 32"));
+}
+
+TEST_CASE("weights used in place can change without the file changing") {
+    model_dir m;
+    const auto before = vwt::io::read_file_bytes(m.dir / "model.safetensors");
+    {
+        auto a = vwt::io::load_model<vwt::cpu::backend<float>>(m.dir);
+        REQUIRE(a.borrows_parameters());
+        const auto p = a.parameters();
+        for (vwt::index_t i = 0; i < p.size(); i += 7) p[i] = 1000.0f;  // an optimizer step on every page
+        CHECK(a.parameters()[7] == 1000.0f);
+    }
+    CHECK(vwt::io::read_file_bytes(m.dir / "model.safetensors") == before);
+}
+
+TEST_CASE("q8 weights load from a file tensor by tensor as convert_parameters quantizes them") {
+    const auto dir = std::filesystem::temp_directory_path() / "vwt_q8_load";
+    std::filesystem::remove_all(dir);
+    const auto config = vwt::model_config::mup(vwt::dynamic_schedule({4, 128, 4, 2, 256, 96, {}}, {128, 64, 64, 128}));  // whole blocks
+    const vwt::parameter_layout layout(config);
+    std::vector<float> params;
+    vwt::initialize_parameters(config, layout, 11, params);
+    vwt::io::save_model_dir(dir, config, params, vwt::io::dtype::f16);
+    const auto stored = vwt::io::load_model_dir(dir).params;
+    using q8_backend = vwt::cpu::backend<float, vwt::q8_block>;
+    const auto q = vwt::io::load_model<q8_backend>(dir);
+    CHECK_FALSE(q.borrows_parameters());
+    CHECK(logits_of(q) == logits_of(vwt::model<q8_backend>(config, vwt::convert_parameters<vwt::q8_block>(layout, stored))));
+    std::filesystem::remove_all(dir);
+}

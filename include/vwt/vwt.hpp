@@ -17,6 +17,8 @@
 #include "io/checkpoint.hpp"
 #include "io/config.hpp"
 #include "io/json.hpp"
+#include "io/load_model.hpp"
+#include "io/mapped_file.hpp"
 #include "io/safetensors.hpp"
 #include "io/token_ids.hpp"
 #include "model/config.hpp"

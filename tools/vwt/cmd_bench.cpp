@@ -10,6 +10,10 @@
 #include <numeric>
 #include <optional>
 
+#if __has_include(<sys/resource.h>)
+#include <sys/resource.h>
+#endif
+
 #include <nlohmann/json.hpp>
 #include <vwt/vwt.hpp>
 
@@ -45,6 +49,15 @@ struct bench_row {
     }
 };
 
+// The process's peak resident set (loading, the model, caches and all), in bytes; 0 where unknown.
+double peak_resident_bytes() {
+#if __has_include(<sys/resource.h>)
+    rusage usage{};
+    if (getrusage(RUSAGE_SELF, &usage) == 0) return static_cast<double>(usage.ru_maxrss) * 1024.0;  // Linux: KiB
+#endif
+    return 0;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -55,7 +68,7 @@ template <class B>
 std::vector<bench_row> bench_model(const model<B>& m, const std::string& name, const bench_options& o,
                                    const typename B::context& ctx) {
     const int capacity = o.depth + o.prompt + o.gen;
-    session<model<B>> s(m, ctx, capacity);
+    session<model<B>> s(m, ctx, capacity, 0, o.device.kv_dtype());
     std::vector<int> tokens(static_cast<std::size_t>(capacity));
     for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int>((i * 7919 + 13) % static_cast<std::size_t>(m.vocab()));
     const auto part = [&](int begin, int n) { return std::span<const int>(tokens).subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(n)); };
@@ -99,14 +112,15 @@ void add_bench_command(CLI::App& app) {
     cmd->add_flag("--json", o->json, "print a JSON array instead of a table");
     o->device.add_to(*cmd);
     o->device.add_weights_to(*cmd);
+    o->device.add_kv_to(*cmd);
     cmd->callback([o] {
         if (o->prompt < 0 || o->gen < 0 || o->depth < 0) detail::fail("--prompt, --gen, --depth: must not be negative");
         if (o->prompt == 0 && o->gen == 0) detail::fail("--prompt and --gen: both 0, nothing to measure");
         if (o->reps < 1) detail::fail("--reps: must be at least 1, got ", o->reps);
         std::string name;
-        io::loaded_model loaded;
+        io::loaded_model loaded;  // a preset's config and random weights; a --model's config (its weights are mapped later)
         if (!o->model.empty()) {
-            loaded = io::load_model_dir(o->model);
+            loaded.config = io::read_model_config(o->model);
             name = o->model;
         } else {
             int base = 0;
@@ -127,7 +141,7 @@ void add_bench_command(CLI::App& app) {
         std::vector<bench_row> rows;
         o->device.run_inference([&]<class B>(const typename B::context& ctx) {
             {
-                const auto m = make_model<B>(std::move(loaded), ctx);
+                const auto m = o->model.empty() ? make_model<B>(std::move(loaded), ctx) : io::load_model<B>(o->model, ctx);
                 for (auto& r : bench_model(m, name, *o, ctx)) rows.push_back(std::move(r));
             }
             if (twin) {
@@ -136,26 +150,29 @@ void add_bench_command(CLI::App& app) {
             }
         });
         const std::string device = o->device.device + (o->device.device == "cpu" ? " x" + std::to_string(o->device.threads) : "");
+        const double peak_rss = peak_resident_bytes();
         if (o->json) {
             auto out = nlohmann::json::array();
             for (const auto& r : rows)
-                out.push_back({{"model", r.model}, {"weights", o->device.weights}, {"device", o->device.device},
+                out.push_back({{"model", r.model}, {"weights", o->device.weights}, {"kv_dtype", o->device.kv}, {"device", o->device.device},
                                {"threads", o->device.threads}, {"test", r.test}, {"n_prompt", r.test.starts_with("pp") ? o->prompt : 0},
                                {"n_gen", r.test.starts_with("tg") ? o->gen : 0}, {"n_depth", o->depth}, {"avg_ts", r.mean()},
-                               {"stddev_ts", r.stddev()}, {"samples_ts", r.samples}});
+                               {"stddev_ts", r.stddev()}, {"samples_ts", r.samples}, {"peak_rss_bytes", peak_rss}});
             std::cout << out.dump(2) << '\n';
             return;
         }
         std::size_t width = 5;
         for (const auto& r : rows) width = std::max(width, r.model.size());
-        std::cout << std::left << std::setw(static_cast<int>(width)) << "model" << "  weights  device  " << std::setw(14) << "test"
+        std::cout << std::left << std::setw(static_cast<int>(width)) << "model" << "  weights  kv    device  " << std::setw(14) << "test"
                   << "tokens/s\n";
         for (const auto& r : rows) {
             char figure[64];
             std::snprintf(figure, sizeof figure, "%.2f ± %.2f", r.mean(), r.stddev());
-            std::cout << std::setw(static_cast<int>(width)) << r.model << "  " << std::setw(7) << o->device.weights << "  "
+            std::cout << std::setw(static_cast<int>(width)) << r.model << "  " << std::setw(7) << o->device.weights << "  " << std::setw(4)
+                      << o->device.kv << "  "
                       << std::setw(6) << device << "  " << std::setw(14) << r.test << figure << '\n';
         }
+        if (peak_rss > 0) std::printf("peak resident memory of the process: %.1f MB\n", peak_rss / 1e6);
     });
 }
 

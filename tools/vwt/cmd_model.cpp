@@ -24,11 +24,29 @@ io::dtype parse_dtype(const std::string& flag, const std::string& name) {
 
 template <class B>
 model<B> load(const std::string& dir, const typename B::context& ctx) {
-    return make_model<B>(io::load_model_dir(dir, [](const std::string& warning) { std::cerr << "vwt: warning: " << warning << '\n'; }),
-                         ctx);
+    return io::load_model<B>(dir, ctx, [](const std::string& warning) { std::cerr << "vwt: warning: " << warning << '\n'; });
 }
 
 }  // namespace
+
+std::uint64_t parse_shard_size(const std::string& flag, const std::string& text) {
+    if (text.empty() || text == "0") return 0;
+    std::size_t used = 0;
+    double number = 0;
+    try {
+        number = std::stod(text, &used);
+    } catch (const std::exception&) {
+        detail::fail(flag, ": '", text, "' is not a size (e.g. 500MB, 2GB, 1GiB)");
+    }
+    const std::string unit = text.substr(used);
+    static const std::map<std::string, double> units = {{"", 1},         {"B", 1},           {"KB", 1e3},        {"MB", 1e6},
+                                                        {"GB", 1e9},     {"KiB", 1024.0},    {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
+    const auto it = units.find(unit);
+    if (it == units.end()) detail::fail(flag, ": unknown unit '", unit, "' in '", text, "' (B, KB, MB, GB, KiB, MiB, GiB)");
+    const double bytes = number * it->second;
+    if (!(bytes >= 1) || bytes > 1e18) detail::fail(flag, ": '", text, "' is not a positive size");
+    return static_cast<std::uint64_t>(bytes);
+}
 
 void add_model_commands(CLI::App& app) {
     {
@@ -36,7 +54,7 @@ void add_model_commands(CLI::App& app) {
             schedule_flags schedule;
             std::uint64_t seed = 0;
             std::string out;
-            std::string dtype = "f32";
+            std::string dtype = "f32", max_shard = "0";
             bool standard = false;
             std::string resize = "move_up";
         };
@@ -46,6 +64,8 @@ void add_model_commands(CLI::App& app) {
         cmd->add_option("--seed", o->seed, "initialisation seed");
         cmd->add_option("--out", o->out, "model directory to write")->required();
         cmd->add_option("--dtype", o->dtype, "weight dtype: f32, f16, bf16");
+        cmd->add_option("--max-shard-size", o->max_shard,
+                        "split the weights into shards of at most this size (e.g. 2GB) with model.safetensors.index.json; 0: one file");
         cmd->add_flag("--standard", o->standard, "standard parametrisation (multipliers 1, 1/sqrt(d)) instead of muP");
         cmd->add_option("--resize", o->resize, "residual resize: move_up (the paper) or zero");
         cmd->callback([o] {
@@ -60,7 +80,8 @@ void add_model_commands(CLI::App& app) {
             const parameter_layout layout(c);
             std::vector<float> params;
             initialize_parameters(c, layout, o->seed, params);
-            io::save_model_dir(o->out, c, params, parse_dtype("--dtype", o->dtype), o->schedule.widths.empty() ? &spec : nullptr);
+            io::save_model_dir(o->out, c, params, parse_dtype("--dtype", o->dtype), o->schedule.widths.empty() ? &spec : nullptr,
+                               parse_shard_size("--max-shard-size", o->max_shard));
             std::cout << "wrote " << o->out << " (" << name << ", " << layout.size() << " parameters, widths";
             for (int w : c.schedule.widths) std::cout << ' ' << w;
             std::cout << ")\n";
@@ -85,6 +106,7 @@ void add_model_commands(CLI::App& app) {
         cmd->add_option("--seed", o->seed, "sampling seed");
         o->device.add_to(*cmd);
         o->device.add_weights_to(*cmd);
+        o->device.add_kv_to(*cmd);
         cmd->callback([o] { o->device.run_inference([&]<class B>(const typename B::context& ctx) {
             const auto m = load<B>(o->model, ctx);
             const io::byte_tokenizer tok(m.vocab());
@@ -105,7 +127,7 @@ void add_model_commands(CLI::App& app) {
                 std::cout << bytes << std::flush;
                 return true;
             };
-            session<model<B>> s(m, ctx, static_cast<int>(needed));
+            session<model<B>> s(m, ctx, static_cast<int>(needed), 0, o->device.kv_dtype());
             std::cout << o->prompt;
             generate(ctx, s, prompt, g);
             std::cout << '\n';

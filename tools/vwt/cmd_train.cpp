@@ -50,7 +50,7 @@ void add_train_commands(CLI::App& app) {
     {
         struct options {
             schedule_flags schedule;
-            std::string data, out, format = "text", decay = "cosine";
+            std::string data, out, format = "text", decay = "cosine", max_shard = "0";
             std::int64_t steps = 200, warmup = -1;
             int batch = 8, seq = 128, accumulate = 1;
             device_flags device;
@@ -78,6 +78,7 @@ void add_train_commands(CLI::App& app) {
         cmd->add_option("--eval-every", o->eval_every, "steps between validation losses");
         cmd->add_option("--checkpoint-every", o->checkpoint_every, "steps between checkpoints");
         cmd->add_option("--out", o->out, "output directory (checkpoints, log.jsonl)")->required();
+        cmd->add_option("--max-shard-size", o->max_shard, "checkpoint weights in shards of at most this size (e.g. 2GB); 0: one file");
         cmd->add_flag("--resume", o->resume, "continue from the latest checkpoint in --out");
         cmd->add_flag("--standard", o->standard, "standard parametrisation instead of muP");
         cmd->callback([o] {
@@ -100,6 +101,7 @@ void add_train_commands(CLI::App& app) {
             t.eval_every = o->eval_every;
             t.checkpoint_every = o->checkpoint_every;
             t.out = o->out;
+            t.max_shard_bytes = parse_shard_size("--max-shard-size", o->max_shard);
             const auto warmup = o->warmup >= 0 ? o->warmup : std::max<std::int64_t>(1, o->steps * 8 / 100);
             const auto decay = o->decay == "cosine" ? train::lr_decay::cosine
                                : o->decay == "constant" ? train::lr_decay::constant

@@ -2,9 +2,16 @@
 // Their callbacks throw vwt::error on bad input; main() turns that into a message and exit code 2.
 #pragma once
 
+#include <cstdint>
+#include <string>
+
 #include <CLI/CLI.hpp>
 
 namespace vwt::cli {
+// A --max-shard-size: bytes, or a number with KB, MB, GB (powers of 1000, as save_pretrained reads
+// them) or KiB, MiB, GiB; "0" or empty: no sharding.
+std::uint64_t parse_shard_size(const std::string& flag, const std::string& text);
+
 void add_info_command(CLI::App& app);
 void add_model_commands(CLI::App& app);  // init, generate, logits
 void add_train_commands(CLI::App& app);  // train, eval

@@ -20,11 +20,25 @@ struct device_flags {
     int gpu = 0;
     std::string gemm = "auto";
     std::string weights = "f32";
+    std::string kv = "f32";
 
     // --weights, for the commands that only run a model (generate, logits, eval, bench).
     void add_weights_to(CLI::App& cmd) {
         cmd.add_option("--weights", weights,
                        "how the CPU keeps the weights: f32, bf16 (half the bytes) or q8 (8 bits + a scale per 32 weights)");
+    }
+    // --kv-dtype, for the commands that hold a KV cache across calls (generate, bench).
+    void add_kv_to(CLI::App& cmd) {
+        cmd.add_option("--kv-dtype", kv, "how the KV cache keeps keys and values: f32, or bf16 (half the bytes, --device cpu)");
+    }
+    // The KV cache dtype --kv-dtype names.
+    vwt::kv_dtype kv_dtype() const {
+        if (kv == "f32") return vwt::kv_dtype::compute;
+        if (kv == "bf16") {
+            if (device != "cpu") detail::fail("--kv-dtype bf16: only --device cpu keeps the KV cache in bf16 for now");
+            return vwt::kv_dtype::bf16;
+        }
+        detail::fail("--kv-dtype: unknown dtype '", kv, "' (f32, bf16)");
     }
 
     void add_to(CLI::App& cmd) {
@@ -56,6 +70,7 @@ private:
             detail::fail("--weights: unknown format '", weights, "' (f32, bf16, q8)");
         if (weights != "f32" && device != "cpu")
             detail::fail("--weights ", weights, ": only --device cpu keeps weights in bf16 or q8 (on CUDA, --gemm bf16 runs bf16 tensor cores)");
+        (void)kv_dtype();  // a bad --kv-dtype fails before any model is loaded
         if (gemm != "auto" && gemm != "fp32" && gemm != "tf32" && gemm != "bf16")
             detail::fail("--gemm: unknown arithmetic '", gemm, "' (auto, fp32, bf16, tf32)");
         if (device == "cpu") {

@@ -9,6 +9,7 @@
 //  - memory: a memory space tag `memory`, RAII `buffer<U>` in it, and upload/download, the only
 //    way host data enters or leaves;
 //  - context: what every op runs on (CPU: the thread count; a device: a stream and a workspace);
+//  - a KV cache in the compute type, and optionally in bf16 (kv_bf16, see kv_dtype);
 //  - ops that need scratch take it as a last view argument, sized by a *_scratch query (the
 //    caller owns the workspace, so a decode step allocates nothing).
 // Shapes that a layer knows at compile time (a head dimension) reach the ops as extents.
@@ -38,6 +39,14 @@ struct attention_shape {
     int kv_heads = 0;
     extent<D> head_dim{};
 };
+
+// What a KV cache stores: the policy's compute type, or bf16 (half the bytes of float; rounded to
+// nearest when written, widened when read). A policy that takes bf16 keys and values in
+// split_qkv and attention says so with `static constexpr bool kv_bf16 = true`.
+enum class kv_dtype { compute, bf16 };
+
+template <class B>
+inline constexpr bool supports_kv_bf16 = requires { requires B::kv_bf16; };
 
 // c_fc's 2 * inter output columns: u (up) and g (gate) as two halves, or alternating.
 enum class swiglu_layout { split, interleaved };
@@ -81,7 +90,7 @@ concept backend_policy =
         { B::rmsnorm_backward_scratch(ctx, n, n) } -> std::convertible_to<index_t>;
         B::rmsnorm_backward(ctx, cm, gain, cm, m, v, s, v);
         B::rope(ctx, m, rope_layout<>{}, ids, theta, flag);
-        { B::attention_scratch(ctx, n, n, attention_shape<>{}) } -> std::convertible_to<index_t>;
+        { B::attention_scratch(ctx, n, n, attention_shape<>{}, kv_dtype::compute) } -> std::convertible_to<index_t>;
         B::attention(ctx, cm, cm, cm, m, attention_shape<>{}, s, v);
         { B::attention_backward_scratch(ctx, n, attention_shape<>{}) } -> std::convertible_to<index_t>;
         B::attention_backward(ctx, cm, cm, cm, cm, m, m, m, attention_shape<>{}, s, v);

@@ -20,11 +20,12 @@ public:
     using context = typename B::context;
 
     // capacity: tokens the sequence may hold; max_chunk: the most tokens one append() takes (a
-    // prompt longer than that is fed in chunks). Scratch is sized for ctx's thread count.
-    session(const Model& m, const context& ctx, int capacity, int max_chunk = 0)
+    // prompt longer than that is fed in chunks); kv: the dtype of its KV cache. Scratch is sized
+    // for ctx's thread count.
+    session(const Model& m, const context& ctx, int capacity, int max_chunk = 0, kv_dtype kv = kv_dtype::compute)
         : model_(&m),
-          cache_(m.make_cache(capacity)),
-          workspace_(m.make_workspace(ctx, max_chunk > 0 ? std::min(max_chunk, capacity) : capacity, capacity)),
+          cache_(m.make_cache(capacity, kv)),
+          workspace_(m.make_workspace(ctx, max_chunk > 0 ? std::min(max_chunk, capacity) : capacity, capacity, kv)),
           logits_(static_cast<std::size_t>(m.vocab())),
           sampler_(m.vocab()) {}
 

@@ -18,14 +18,17 @@ public:
     using M = typename B::memory;
 
     // max_rows: tokens of one call (all sequences together); max_context: the longest sequence
-    // (its past plus its new tokens); the logits of at most max_rows rows.
-    forward_workspace(const typename B::context& ctx, const dynamic_schedule& s, index_t max_rows, index_t max_context)
+    // (its past plus its new tokens); the logits of at most max_rows rows; kv: the dtype of the
+    // caches it serves (a bf16 workspace serves caches of either dtype).
+    forward_workspace(const typename B::context& ctx, const dynamic_schedule& s, index_t max_rows, index_t max_context,
+                      kv_dtype kv = kv_dtype::compute)
         : max_rows_(max_rows),
           max_context_(max_context),
           width_(s.residual_width),
           head_cols_(std::max<index_t>(s.width(s.layers() - 1), s.dims.hidden)),
           vocab_(s.dims.vocab),
-          plan_(ctx, s, {max_rows, max_context, max_rows, false}) {
+          kv_(kv),
+          plan_(ctx, s, {max_rows, max_context, max_rows, false, kv}) {
         if (max_rows < 1 || max_context < 1) detail::fail("forward workspace: rows and context must be positive");
         const index_t residual = max_rows * width_, gathered = max_rows * width_, head_in = max_rows * head_cols_,
                       logits = max_rows * vocab_;
@@ -44,6 +47,8 @@ public:
 
     index_t max_rows() const { return max_rows_; }
     index_t max_context() const { return max_context_; }
+    // Whether its scratch fits attention over a cache of this dtype.
+    bool serves(kv_dtype d) const { return d == kv_dtype::compute || kv_ == d; }
 
     residual_view<T, M> residual(index_t rows) const { return residual_view<T, M>(residual_.as_matrix(rows, width_)); }
     const layer_scratch<B>& scratch() const { return scratch_; }
@@ -62,6 +67,7 @@ public:
 
 private:
     index_t max_rows_, max_context_, width_, head_cols_, vocab_;
+    kv_dtype kv_;
     scratch_plan<B> plan_;
     typename B::template buffer<T> memory_;
     typename B::template buffer<int> integers_;

@@ -118,6 +118,8 @@ public:
             if (t.name == name) return &t;
         return nullptr;
     }
+    // The data buffer: every tensor's bytes, in offset order, without gaps.
+    std::span<const std::uint8_t> data() const { return data_; }
     std::span<const std::uint8_t> bytes_of(const tensor_entry& t) const {
         return data_.subspan(t.begin, t.end - t.begin);
     }
@@ -125,8 +127,15 @@ public:
     // The tensor converted to float (F32, F16, BF16 and F64 are accepted).
     template <class T>
     void read_as(const tensor_entry& t, T* out) const {
-        const auto b = bytes_of(t);
-        const auto n = static_cast<std::size_t>(t.numel());
+        read_as(t, 0, t.numel(), out);
+    }
+    // Elements [first, first + count) of the tensor, converted the same way.
+    template <class T>
+    void read_as(const tensor_entry& t, std::int64_t first, std::int64_t count, T* out) const {
+        if (first < 0 || count < 0 || first + count > t.numel())
+            fail_here("tensor '", t.name, "': elements [", first, ", ", first + count, ") of ", t.numel(), " requested");
+        const auto b = bytes_of(t).subspan(static_cast<std::size_t>(first * info(t.type).bytes));
+        const auto n = static_cast<std::size_t>(count);
         for (std::size_t i = 0; i < n; ++i) {
             switch (t.type) {
                 case dtype::f32: { float v; std::memcpy(&v, b.data() + 4 * i, 4); out[i] = static_cast<T>(v); break; }
@@ -257,8 +266,14 @@ struct tensor_to_write {
     std::span<const float> values;
 };
 
+// The data of a file vwt writes starts on this boundary: the header is padded with spaces (as the
+// format allows) so that 8 + its length is a multiple of it, and tensors used in place from a
+// mapped file sit where a 64-byte aligned buffer would put them.
+inline constexpr std::size_t data_alignment = 64;
+
 // Writes a safetensors file atomically; the header starts with '{', carries {"format":"pt"}
-// metadata and is padded with spaces to a multiple of 8 bytes. Tensors are stored in the order given.
+// metadata and is padded with spaces so that the data starts on data_alignment. Tensors are
+// stored in the order given, without gaps.
 inline void write_safetensors(const std::filesystem::path& path, std::span<const tensor_to_write> tensors, dtype type,
                               const std::map<std::string, std::string>& metadata = {{"format", "pt"}}) {
     if (type != dtype::f32 && type != dtype::f16 && type != dtype::bf16)
@@ -279,7 +294,7 @@ inline void write_safetensors(const std::filesystem::path& path, std::span<const
         at += bytes;
     }
     std::string h = header.dump();
-    h.append((8 - h.size() % 8) % 8, ' ');
+    h.append((data_alignment - (8 + h.size()) % data_alignment) % data_alignment, ' ');
     std::string prefix(8, '\0');
     for (int i = 0; i < 8; ++i) prefix[static_cast<std::size_t>(i)] = static_cast<char>((h.size() >> (8 * i)) & 0xff);
     std::string data;

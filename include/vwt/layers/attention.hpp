@@ -4,6 +4,7 @@
 #pragma once
 
 #include <span>
+#include <variant>
 
 #include "../params/layout.hpp"
 #include "rope.hpp"
@@ -33,6 +34,17 @@ template <class T, memory_space M>
 struct kv_rows {
     matrix_view<T, M> keys, values;
 };
+
+// f(kv) on a layer's kv_rows, given as kv_rows (training's saved keys and values) or as a variant
+// of them (a KV cache of a run-time dtype).
+template <class T, memory_space M, class F>
+void visit_kv(const kv_rows<T, M>& kv, F&& f) {
+    f(kv);
+}
+template <class... Rows, class F>
+void visit_kv(const std::variant<Rows...>& kv, F&& f) {
+    std::visit(f, kv);
+}
 
 template <class B, layer_width Width>
 struct attention {
@@ -80,12 +92,13 @@ struct attention {
         rotary.forward(ctx, qkv, width, kv_heads, positions);
         for (std::size_t i = 0; i < seqs.size(); ++i) {
             const auto& seq = seqs[i];
-            const kv_rows<T, M> kv = kv_of(i);
             const index_t end = seq.begin + seq.rows, n_ctx = seq.past + seq.rows;
-            B::split_qkv(ctx, qkv.rows_range(seq.begin, end), q.rows_range(seq.begin, end), kv.keys.rows_range(seq.past, n_ctx),
-                         kv.values.rows_range(seq.past, n_ctx), shape());
-            B::attention(ctx, q.rows_range(seq.begin, end), kv.keys.rows_range(0, n_ctx), kv.values.rows_range(0, n_ctx),
-                         o.rows_range(seq.begin, end), shape(), scale, s.attention);
+            visit_kv(kv_of(i), [&]<class E>(const kv_rows<E, M>& kv) {
+                B::split_qkv(ctx, qkv.rows_range(seq.begin, end), q.rows_range(seq.begin, end), kv.keys.rows_range(seq.past, n_ctx),
+                             kv.values.rows_range(seq.past, n_ctx), shape());
+                B::attention(ctx, q.rows_range(seq.begin, end), kv.keys.rows_range(0, n_ctx).as_const(),
+                             kv.values.rows_range(0, n_ctx).as_const(), o.rows_range(seq.begin, end), shape(), scale, s.attention);
+            });
         }
         B::matmul_nt(ctx, o, weights.c_proj, layer, residual, T(1));
     }

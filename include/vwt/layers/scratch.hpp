@@ -25,6 +25,7 @@ struct scratch_request {
     index_t context = 0;       // the longest key sequence an attention call sees
     index_t query_rows = 0;    // the most rows one attention call has (a sequence's new tokens)
     bool backward = false;     // training: the gradient scratch too, and what `saved` holds not here
+    kv_dtype kv = kv_dtype::compute;  // the KV caches' dtype (bf16 keys may need widening scratch)
 };
 
 // Sizes (in compute-type elements) of every scratch view for a schedule; `carve` lays them out.
@@ -44,7 +45,7 @@ public:
         }
         for (int i = 0; i < s.layers(); ++i) {
             const attention_shape<> shape{static_cast<int>(H), static_cast<int>(Hkv), extent<dynamic_extent>(s.head_dim(i))};
-            sizes_[attention] = std::max(sizes_[attention], B::attention_scratch(ctx, r.query_rows, r.context, shape));
+            sizes_[attention] = std::max(sizes_[attention], B::attention_scratch(ctx, r.query_rows, r.context, shape, r.kv));
             if (r.backward)
                 sizes_[attention_backward] =
                     std::max(sizes_[attention_backward], B::attention_backward_scratch(ctx, r.query_rows, shape));

@@ -4,6 +4,7 @@
 // time, in a vector. Both run the same block code.
 #pragma once
 
+#include <memory>
 #include <span>
 #include <tuple>
 #include <utility>
@@ -41,6 +42,14 @@ struct model_tensors {
     head_tensors<E, M> head;
 };
 
+// Parameters that live in memory the model does not own (weights used in place from a mapped
+// file): `values` stays valid while `owner` is held, and the model holds it.
+template <class W>
+struct borrowed_parameters {
+    std::span<W> values;
+    std::shared_ptr<void> owner;
+};
+
 namespace detail {
 
 // What both model kinds share: the parameters, the embedding, the resize rule, the head.
@@ -60,17 +69,19 @@ public:
     int vocab() const { return config_.schedule.dims.vocab; }
 
     // The parameters in the policy's memory, one contiguous buffer laid out by layout().
-    vector_view<const W, M> parameters() const { return params_.view(); }
+    vector_view<const W, M> parameters() const { return params_; }
     // Writable parameters, for an optimizer; the blocks see every change.
-    vector_view<W, M> parameters() { return params_.view(); }
+    vector_view<W, M> parameters() { return params_; }
+    // Whether the parameters are borrowed (used in place) rather than the model's own buffer.
+    bool borrows_parameters() const { return owner_ != nullptr; }
 
     const embedding<B>& embedding_layer() const { return embedding_; }
     const head<B>& head_layer() const { return head_; }
     const residual_resize& resize() const { return resize_; }
 
-    kv_cache<B> make_cache(int capacity) const { return kv_cache<B>(config_.schedule, capacity); }
-    forward_workspace<B> make_workspace(const context& ctx, index_t max_rows, index_t max_context) const {
-        return forward_workspace<B>(ctx, config_.schedule, max_rows, max_context);
+    kv_cache<B> make_cache(int capacity, kv_dtype kv = kv_dtype::compute) const { return kv_cache<B>(config_.schedule, capacity, kv); }
+    forward_workspace<B> make_workspace(const context& ctx, index_t max_rows, index_t max_context, kv_dtype kv = kv_dtype::compute) const {
+        return forward_workspace<B>(ctx, config_.schedule, max_rows, max_context, kv);
     }
 
     // Views of every tensor inside `buffer` (laid out like the parameters): gradients, moments.
@@ -109,6 +120,9 @@ public:
             if (past + n > ws.max_context())
                 vwt::detail::fail("forward: sequence ", q, " would hold ", past + n, " tokens, beyond the workspace's context ",
                                   ws.max_context());
+            if (!ws.serves(in.cache->dtype()))
+                vwt::detail::fail("forward: sequence ", q, " has a ", kv_dtype_name(in.cache->dtype()),
+                                  " KV cache; make the workspace for it (make_workspace(..., kv_dtype::", kv_dtype_name(in.cache->dtype()), "))");
             if (rows + n > ws.max_rows())
                 vwt::detail::fail("forward: ", rows + n, " tokens in one call, beyond the workspace's ", ws.max_rows(), " rows");
             for (std::size_t p = 0; p < q; ++p)
@@ -159,11 +173,14 @@ public:
     // sessions reuse theirs).
     std::vector<T> forward(const context& ctx, std::span<const sequence_input<B>> inputs, logits_mode mode = logits_mode::last) const {
         index_t rows = 0, longest = 1;
+        kv_dtype kv = kv_dtype::compute;
         for (const auto& in : inputs) {
             rows += static_cast<index_t>(in.tokens.size());
-            if (in.cache) longest = std::max<index_t>(longest, in.cache->length() + static_cast<index_t>(in.tokens.size()));
+            if (!in.cache) continue;
+            longest = std::max<index_t>(longest, in.cache->length() + static_cast<index_t>(in.tokens.size()));
+            if (in.cache->dtype() != kv_dtype::compute) kv = in.cache->dtype();
         }
-        forward_workspace<B> ws(ctx, config_.schedule, std::max<index_t>(rows, 1), longest);
+        forward_workspace<B> ws(ctx, config_.schedule, std::max<index_t>(rows, 1), longest, kv);
         const auto logits = forward(ctx, ws, inputs, mode);
         std::vector<T> host(static_cast<std::size_t>(logits.rows() * logits.cols()));
         B::download(ctx, vector_view<const T, M>(ws.logits_vector(logits.rows())), std::span<T>(host));
@@ -171,15 +188,38 @@ public:
     }
 
 protected:
+    // Parameters copied from the host into a buffer of the model's own.
     model_core(model_config c, std::span<const W> host_params, const context& ctx)
         : config_(std::move(c)), layout_(config_), resize_(config_.schedule, config_.resize) {
+        check_count(static_cast<std::int64_t>(host_params.size()));
+        own_ = typename B::template buffer<W>(layout_.size() / elements_per_item<W>);
+        B::upload(ctx, host_params, own_.view());
+        params_ = own_.view();
+        bind_shared();
+    }
+    // Parameters already in a buffer of the policy's memory, which the model takes over.
+    model_core(model_config c, typename B::template buffer<W>&& params)
+        : config_(std::move(c)), layout_(config_), own_(std::move(params)), resize_(config_.schedule, config_.resize) {
+        check_count(own_.size());
+        params_ = own_.view();
+        bind_shared();
+    }
+    // Parameters used where they are (host-accessible policies only).
+    model_core(model_config c, borrowed_parameters<W> params)
+        : config_(std::move(c)), layout_(config_), owner_(std::move(params.owner)), resize_(config_.schedule, config_.resize) {
+        static_assert(M::host_accessible, "borrowed parameters live in host memory; this policy's memory is elsewhere");
+        check_count(static_cast<std::int64_t>(params.values.size()));
+        params_ = vector_view<W, M>(params.values.data(), static_cast<index_t>(params.values.size()));
+        bind_shared();
+    }
+
+    void check_count(std::int64_t items) const {
         constexpr index_t per_item = elements_per_item<W>;  // 32 weights per q8 block
-        if (static_cast<std::int64_t>(host_params.size()) * per_item != layout_.size())
-            vwt::detail::fail("model: ", static_cast<std::int64_t>(host_params.size()) * per_item, " parameters given, the schedule needs ",
-                              layout_.size());
-        params_ = typename B::template buffer<W>(layout_.size() / per_item);
-        B::upload(ctx, host_params, params_.view());
-        const tensor_binder<const W, M> b(layout_, params_.view());
+        if (items * per_item != layout_.size())
+            vwt::detail::fail("model: ", items * per_item, " parameters given, the schedule needs ", layout_.size());
+    }
+    void bind_shared() {
+        const tensor_binder<const W, M> b(layout_, params_);
         embedding_ = {embedding_tensors<const W, M>::bind(b), T(config_.m_emb)};
         const auto& s = config_.schedule;
         head_.weights = head_tensors<const W, M>::bind(b);
@@ -195,7 +235,7 @@ protected:
 
     template <class Block>
     Block make_block(int layer, auto width) const {
-        const tensor_binder<const W, M> b(layout_, params_.view());
+        const tensor_binder<const W, M> b(layout_, params_);
         return Block(width, hyper_of(config_, layer), Block::template bind<const W>(b, layer));
     }
 
@@ -205,7 +245,9 @@ private:
 protected:
     model_config config_;
     parameter_layout layout_;
-    typename B::template buffer<W> params_;
+    typename B::template buffer<W> own_;  // the parameters, unless borrowed
+    std::shared_ptr<void> owner_;         // what keeps borrowed parameters alive
+    vector_view<W, M> params_;
     residual_resize resize_;
     embedding<B> embedding_{};
     head<B> head_{};
@@ -223,10 +265,11 @@ public:
     using typename core::context;
     using typename core::W;
 
-    model(model_config c, std::span<const W> params, const context& ctx = {}) : core(std::move(c), params, ctx) {
-        for (int i = 0; i < this->schedule().layers(); ++i)
-            blocks_.push_back(this->template make_block<block_type>(i, dynamic_width(this->schedule().width(i), this->schedule().dims.heads)));
-    }
+    // Parameters copied from the host; taken over in a buffer of the policy's memory; or used where
+    // they are (borrowed_parameters, e.g. a mapped checkpoint: see io::load_model).
+    model(model_config c, std::span<const W> params, const context& ctx = {}) : core(std::move(c), params, ctx) { make_blocks(); }
+    model(model_config c, typename B::template buffer<W>&& params) : core(std::move(c), std::move(params)) { make_blocks(); }
+    model(model_config c, borrowed_parameters<W> params) : core(std::move(c), std::move(params)) { make_blocks(); }
     model(model&&) noexcept = default;
 
     template <class F>
@@ -239,6 +282,10 @@ public:
     }
 
 private:
+    void make_blocks() {
+        for (int i = 0; i < this->schedule().layers(); ++i)
+            blocks_.push_back(this->template make_block<block_type>(i, dynamic_width(this->schedule().width(i), this->schedule().dims.heads)));
+    }
     std::vector<block_type> blocks_;
 };
 

@@ -89,17 +89,24 @@ private:
     std::int64_t size_ = 0;
 };
 
-// Float parameters laid out by `layout` in the weight format W (float, bf16, q8_block), checking
-// first that every tensor's rows are whole q8 blocks when W is q8 (the error names the tensor).
+// Whether every row of every tensor is a whole number of W's items (q8: blocks of 32 weights);
+// the error names the first tensor that is not.
 template <class W>
-std::vector<W> convert_parameters(const parameter_layout& layout, std::span<const float> params) {
-    if (static_cast<std::int64_t>(params.size()) != layout.size())
-        detail::fail("converting parameters: ", params.size(), " given, the layout has ", layout.size());
+void check_whole_items(const parameter_layout& layout) {
     constexpr index_t per_item = elements_per_item<W>;
     for (const auto& t : layout.tensors())
         if (t.shape.back() % per_item != 0)
             detail::fail("tensor '", t.name, "': rows of ", t.shape.back(), " weights are not whole blocks of ", per_item,
                          " (q8 weights need every width, and heads times head dim, to be a multiple of ", per_item, ")");
+}
+
+// Float parameters laid out by `layout` in the weight format W (float, bf16, q8_block), checking
+// first that every tensor's rows are whole items of W.
+template <class W>
+std::vector<W> convert_parameters(const parameter_layout& layout, std::span<const float> params) {
+    if (static_cast<std::int64_t>(params.size()) != layout.size())
+        detail::fail("converting parameters: ", params.size(), " given, the layout has ", layout.size());
+    check_whole_items<W>(layout);
     return convert_elements<W>(params);
 }
 

@@ -37,6 +37,7 @@ struct train_options {
     std::int64_t eval_every = 0;        // 0: only at the end
     std::int64_t checkpoint_every = 0;  // 0: only at the end
     std::filesystem::path out;          // empty: no checkpoints
+    std::uint64_t max_shard_bytes = 0;  // > 0: checkpoint weights in shards of at most this many bytes
 };
 
 struct step_report {
@@ -169,7 +170,7 @@ public:
         const fs::path dir = o_.out / partial;
         fs::remove_all(dir);  // left by an earlier crash
         const auto p = parameters();
-        io::save_model_dir(dir, model_.config(), std::vector<float>(p.begin(), p.end()), io::dtype::f32);
+        io::save_model_dir(dir, model_.config(), std::vector<float>(p.begin(), p.end()), io::dtype::f32, nullptr, o_.max_shard_bytes);
         const auto m = host_copy(opt_.first_moment()), v = host_copy(opt_.second_moment());
         const io::tensor_to_write moments[] = {{"adamw.m", {static_cast<std::int64_t>(m.size())}, m},
                                                {"adamw.v", {static_cast<std::int64_t>(v.size())}, v}};

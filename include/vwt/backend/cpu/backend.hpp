@@ -322,34 +322,63 @@ struct backend {
     }
 
     // ---- causal attention of one sequence
+    // Keys and values may be kept in bf16 (float compute): split_qkv rounds them to the nearest
+    // bf16, attention widens them as it reads.
+    static constexpr bool kv_bf16 = std::is_same_v<T, float>;
     static constexpr index_t attention_tile = 64;  // query rows per score tile: bounds scratch and masked work
-    // Scratch of attention(): one [tile x n_ctx] score tile per thread.
+    // Scratch of attention(): prefill, one [tile x n_ctx] score tile per thread (and with bf16
+    // keys and values, the thread's head's keys and values widened, 2 x [n_ctx x d]); decode, a
+    // score row per head.
     template <index_t D>
-    static index_t attention_scratch(const context& ctx, index_t q_rows, index_t n_ctx, attention_shape<D> shape) {
-        const index_t tiles = static_cast<index_t>(std::max(1, std::min(ctx.threads, shape.heads))) * std::min(attention_tile, std::max<index_t>(q_rows, 1));
-        return std::max<index_t>(tiles, shape.heads) * n_ctx;  // prefill: a score tile per thread; decode: a score row per head
+    static index_t attention_scratch(const context& ctx, index_t q_rows, index_t n_ctx, attention_shape<D> shape,
+                                     kv_dtype kv = kv_dtype::compute) {
+        const index_t threads = std::max(1, std::min(ctx.threads, shape.heads));
+        const index_t prefill = threads * attention_thread_scratch(std::min(attention_tile, std::max<index_t>(q_rows, 1)), n_ctx,
+                                                                   shape.head_dim.value(), kv == kv_dtype::bf16);
+        return std::max<index_t>(prefill, shape.heads * n_ctx);
     }
-    // q: [T x H*d] (head h at column h*d); keys, values: [n_ctx x Hkv*d], the first n_ctx - T
-    // positions are the past. Query row i sits at position n_ctx - T + i and sees keys 0..that
-    // position. out: [T x H*d]. Heads run in parallel, each thread on its own score tile.
-    template <index_t D>
-    static void attention(const context& ctx, mat<const T> q, mat<const T> keys, mat<const T> values, mat<T> out,
+    // q: [T x H*d] (head h at column h*d); keys, values: [n_ctx x Hkv*d] of T or bf16, the first
+    // n_ctx - T positions are the past. Query row i sits at position n_ctx - T + i and sees keys
+    // 0..that position. out: [T x H*d]. Heads run in parallel, each thread on its own score tile.
+    template <index_t D, class E = T>
+    static void attention(const context& ctx, mat<const T> q, mat<const E> keys, mat<const E> values, mat<T> out,
                           attention_shape<D> shape, T scale, vec<T> scratch) {
+        static_assert(std::is_same_v<E, T> || (kv_bf16 && std::is_same_v<E, bf16>), "cpu backend: keys and values of T or bf16");
         using head_matrix = Eigen::Matrix<T, Eigen::Dynamic, detail::eigen_extent(D), Eigen::RowMajor>;
         using head_map = Eigen::Map<const head_matrix, Eigen::Unaligned, Eigen::OuterStride<>>;
         if (q.rows() == 1) return attention_decode(ctx, q, keys, values, out, shape, scale, scratch);
         const index_t T_q = q.rows(), n_ctx = keys.rows(), past = n_ctx - T_q, d = shape.head_dim.value();
         const int group = shape.heads / shape.kv_heads;
         const index_t tile = std::min(attention_tile, std::max<index_t>(T_q, 1));
+        constexpr bool widen = !std::is_same_v<E, T>;
+        const index_t per_thread = attention_thread_scratch(tile, n_ctx, d, widen);
         // Heads are independent, so a smaller scratch only means fewer threads, never other results.
-        const int threads = scratch_threads(std::min(ctx.threads, shape.heads), tile * n_ctx, scratch, "attention");
+        const int threads = scratch_threads(std::min(ctx.threads, shape.heads), per_thread, scratch, "attention");
         parallel_for(threads, threads, [&](index_t t_) {
             const auto t = static_cast<int>(t_);
-            T* tile_memory = scratch.data() + static_cast<index_t>(t) * tile * n_ctx;
+            T* tile_memory = scratch.data() + static_cast<index_t>(t) * per_thread;
+            T* wide_keys = tile_memory + tile * n_ctx;  // bf16: the head's keys and values as T
+            T* wide_values = wide_keys + n_ctx * d;
+            int widened_group = -1;
             for (int h = t; h < shape.heads; h += threads) {
                 const int g = h / group;
-                const head_map K(keys.data() + g * d, n_ctx, d, Eigen::OuterStride<>(keys.stride()));
-                const head_map V(values.data() + g * d, n_ctx, d, Eigen::OuterStride<>(values.stride()));
+                const T* k_at = nullptr;
+                const T* v_at = nullptr;
+                index_t stride = 0;
+                if constexpr (widen) {
+                    if (g != widened_group) {
+                        for (index_t j = 0; j < n_ctx; ++j) {
+                            kernels::widen(keys.row(j) + g * d, d, wide_keys + j * d);
+                            kernels::widen(values.row(j) + g * d, d, wide_values + j * d);
+                        }
+                        widened_group = g;
+                    }
+                    k_at = wide_keys, v_at = wide_values, stride = d;
+                } else {
+                    k_at = keys.data() + g * d, v_at = values.data() + g * d, stride = keys.stride();
+                }
+                const head_map K(k_at, n_ctx, d, Eigen::OuterStride<>(stride));
+                const head_map V(v_at, n_ctx, d, Eigen::OuterStride<>(widen ? stride : values.stride()));
                 for (index_t r0 = 0; r0 < T_q; r0 += tile) {
                     const index_t rows = std::min(tile, T_q - r0);
                     const index_t visible = past + r0 + rows;  // keys the last row of the tile sees
@@ -503,16 +532,21 @@ struct backend {
     }
 
     // ---- layout moves. The fused qkv rows hold, per kv group, G query heads, its key, its value.
-    template <index_t D>
-    static void split_qkv(const context&, mat<const T> qkv, mat<T> q, mat<T> k, mat<T> v, attention_shape<D> shape) {
+    // Keys and values of bf16 are rounded to the nearest bf16.
+    template <index_t D, class E = T>
+    static void split_qkv(const context&, mat<const T> qkv, mat<T> q, mat<E> k, mat<E> v, attention_shape<D> shape) {
         const index_t d = shape.head_dim.value();
         const int G = shape.heads / shape.kv_heads;
+        const auto store = [d](const T* from, E* to) {
+            if constexpr (std::is_same_v<E, T>) std::copy(from, from + d, to);
+            else kernels::round_to_bf16(from, d, to);
+        };
         for (index_t r = 0; r < qkv.rows(); ++r)
             for (int g = 0; g < shape.kv_heads; ++g) {
                 const T* src = qkv.row(r) + g * (G + 2) * d;
                 std::copy(src, src + G * d, q.row(r) + g * G * d);
-                std::copy(src + G * d, src + (G + 1) * d, k.row(r) + g * d);
-                std::copy(src + (G + 1) * d, src + (G + 2) * d, v.row(r) + g * d);
+                store(src + G * d, k.row(r) + g * d);
+                store(src + (G + 1) * d, v.row(r) + g * d);
             }
     }
     template <index_t D>
@@ -622,8 +656,8 @@ private:
     // the keys, then the values, row by row: every pass reads its heads' columns of each cached row
     // front to back (reading one head down all rows instead strides across pages and ran at a third
     // of the read bandwidth). scratch: a score row per head.
-    template <index_t D>
-    static void attention_decode(const context& ctx, mat<const T> q, mat<const T> keys, mat<const T> values, mat<T> out,
+    template <index_t D, class E>
+    static void attention_decode(const context& ctx, mat<const T> q, mat<const E> keys, mat<const E> values, mat<T> out,
                                  attention_shape<D> shape, T scale, vec<T> scratch) {
         using row = Eigen::Array<T, Eigen::Dynamic, 1>;
         const index_t n_ctx = keys.rows(), d = shape.head_dim.value();
@@ -652,7 +686,7 @@ private:
                 const index_t rows = std::min(block, n_ctx - j0);
                 for (int h = h0; h < h1; ++h) {
                     const T* p = scratch.data() + h * n_ctx + j0;
-                    const T* v = values.row(j0) + (h / group) * d;
+                    const E* v = values.row(j0) + (h / group) * d;
                     if constexpr (std::is_same_v<T, float>) kernels::weighted_row_sum(p, v, values.stride(), rows, o + h * d, d);
                     else
                         for (index_t i = 0; i < rows; ++i)
@@ -662,11 +696,20 @@ private:
         });
     }
 
-    static T head_dot(const T* a, const T* b, index_t d) {
-        if constexpr (std::is_same_v<T, float>) return kernels::dot(a, b, d);
-        T sum = 0;
-        for (index_t c = 0; c < d; ++c) sum += a[c] * b[c];
-        return sum;
+    // Scratch of one prefill attention thread: its score tile, and the widened keys and values.
+    static index_t attention_thread_scratch(index_t tile, index_t n_ctx, index_t d, bool widen) {
+        return tile * n_ctx + (widen ? 2 * n_ctx * d : 0);
+    }
+
+    template <class E>
+    static T head_dot(const E* a, const T* b, index_t d) {
+        if constexpr (std::is_same_v<T, float>) {
+            return kernels::dot(a, b, d);
+        } else {
+            T sum = 0;
+            for (index_t c = 0; c < d; ++c) sum += a[c] * b[c];
+            return sum;
+        }
     }
 
     // A weight tensor widened to the compute type, for the ops that bf16 storage only passes through

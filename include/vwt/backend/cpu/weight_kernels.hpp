@@ -157,17 +157,33 @@ inline float dot(const q8_block* w, const float* x, index_t k) {
     return sum;
 }
 
-// out[i] = dot(rows + i * stride, x) over d floats, for i < 16: decode attention's scores of 16
-// cached keys. The 16 sums stay in registers, one per row, and are reduced together by a
-// transposing tree (about 3 instructions per row, against ~10 for reducing each row alone).
-inline void dot16(const float* rows, index_t stride, const float* x, index_t d, float* out) {
+#if defined(__AVX512F__)
+namespace detail {
+// The first n < = 16 values at p as floats, the other lanes 0.
+inline __m512 load_first(const float* p, index_t n) {
+    return _mm512_maskz_loadu_ps(static_cast<__mmask16>(n >= 16 ? 0xffff : (1u << n) - 1), p);
+}
+inline __m512 load_first(const bf16* p, index_t n) {
+    if (n >= 16) return vload(p);
+    alignas(32) bf16 part[16] = {};
+    std::copy(p, p + n, part);
+    return vload(part);
+}
+}  // namespace detail
+#endif
+
+// out[i] = dot(rows + i * stride, x) over d values (float or bf16 rows), for i < 16: decode
+// attention's scores of 16 cached keys. The 16 sums stay in registers, one per row, and are reduced
+// together by a transposing tree (about 3 instructions per row, against ~10 for reducing each row
+// alone).
+template <class E>
+inline void dot16(const E* rows, index_t stride, const float* x, index_t d, float* out) {
 #if defined(__AVX512F__)
     __m512 v[16];
     for (auto& a : v) a = _mm512_setzero_ps();
     for (index_t c = 0; c < d; c += 16) {
-        const auto m = static_cast<__mmask16>(d - c >= 16 ? 0xffff : (1u << (d - c)) - 1);
-        const __m512 xv = _mm512_maskz_loadu_ps(m, x + c);
-        for (int i = 0; i < 16; ++i) v[i] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, rows + i * stride + c), xv, v[i]);
+        const __m512 xv = detail::load_first(x + c, d - c);
+        for (int i = 0; i < 16; ++i) v[i] = _mm512_fmadd_ps(detail::load_first(rows + i * stride + c, d - c), xv, v[i]);
     }
     // b[i]: the 256-bit halves of v[2i] and v[2i+1] added (8 partial sums each, in 128-bit chunks:
     // v[2i] in chunks 0-1, v[2i+1] in chunks 2-3)
@@ -190,27 +206,28 @@ inline void dot16(const float* rows, index_t stride, const float* x, index_t d, 
 #endif
 }
 
-// y += sum over i < rows of a[i] * x[i * stride + c], for c < n: a block of weighted rows summed in
-// registers, each chunk of y loaded and stored once per block (attention's values).
-inline void weighted_row_sum(const float* a, const float* x, index_t stride, index_t rows, float* y, index_t n) {
-    index_t c = 0;
+// y += sum over i < rows of a[i] * x[i * stride + c], for c < n (float or bf16 x): a block of
+// weighted rows summed in registers, each chunk of y loaded and stored once per block (attention's
+// values).
+template <class E>
+inline void weighted_row_sum(const float* a, const E* x, index_t stride, index_t rows, float* y, index_t n) {
 #if defined(__AVX512F__)
-    const auto chunk = [&](index_t at, __mmask16 m) {
-        __m512 acc0 = _mm512_maskz_loadu_ps(m, y + at), acc1 = _mm512_setzero_ps();
+    for (index_t c = 0; c < n; c += 16) {
+        const index_t left = n - c;
+        const auto m = static_cast<__mmask16>(left >= 16 ? 0xffff : (1u << left) - 1);
+        __m512 acc0 = _mm512_maskz_loadu_ps(m, y + c), acc1 = _mm512_setzero_ps();
         index_t i = 0;
         for (; i + 2 <= rows; i += 2) {
-            acc0 = _mm512_fmadd_ps(_mm512_set1_ps(a[i]), _mm512_maskz_loadu_ps(m, x + i * stride + at), acc0);
-            acc1 = _mm512_fmadd_ps(_mm512_set1_ps(a[i + 1]), _mm512_maskz_loadu_ps(m, x + (i + 1) * stride + at), acc1);
+            acc0 = _mm512_fmadd_ps(_mm512_set1_ps(a[i]), detail::load_first(x + i * stride + c, left), acc0);
+            acc1 = _mm512_fmadd_ps(_mm512_set1_ps(a[i + 1]), detail::load_first(x + (i + 1) * stride + c, left), acc1);
         }
-        if (i < rows) acc0 = _mm512_fmadd_ps(_mm512_set1_ps(a[i]), _mm512_maskz_loadu_ps(m, x + i * stride + at), acc0);
-        _mm512_mask_storeu_ps(y + at, m, _mm512_add_ps(acc0, acc1));
-    };
-    for (; c + 16 <= n; c += 16) chunk(c, 0xffff);
-    if (c < n) chunk(c, static_cast<__mmask16>((1u << (n - c)) - 1));
-    return;
-#endif
+        if (i < rows) acc0 = _mm512_fmadd_ps(_mm512_set1_ps(a[i]), detail::load_first(x + i * stride + c, left), acc0);
+        _mm512_mask_storeu_ps(y + c, m, _mm512_add_ps(acc0, acc1));
+    }
+#else
     for (index_t i = 0; i < rows; ++i)
-        for (index_t k = c; k < n; ++k) y[k] += a[i] * x[i * stride + k];
+        for (index_t k = 0; k < n; ++k) y[k] += a[i] * static_cast<float>(x[i * stride + k]);
+#endif
 }
 
 // y = alpha * x . w^T + beta * y for a few rows of x (decode): each block of weight rows is read

@@ -138,7 +138,7 @@ struct basic_backend {
     }
 
     template <index_t D>
-    static index_t attention_scratch(const context&, index_t rows, index_t n_ctx, attention_shape<D> shape) {
+    static index_t attention_scratch(const context&, index_t rows, index_t n_ctx, attention_shape<D> shape, kv_dtype = kv_dtype::compute) {
         return api::attention_scratch(rows, n_ctx, shape.heads, shape.head_dim.value());
     }
     template <index_t D>

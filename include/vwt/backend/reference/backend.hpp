@@ -20,6 +20,7 @@
 #include "../../error.hpp"
 #include "../buffer.hpp"
 #include "../policy.hpp"
+#include "../../tensor/bf16.hpp"
 
 namespace vwt::reference {
 
@@ -152,11 +153,15 @@ struct backend {
                 }
     }
 
+    // Keys and values may be kept in bf16: split_qkv rounds them to the nearest bf16 (through float),
+    // attention reads them exactly.
+    static constexpr bool kv_bf16 = true;
+
     template <index_t D>
-    static index_t attention_scratch(const context&, index_t, index_t, attention_shape<D>) { return 0; }
+    static index_t attention_scratch(const context&, index_t, index_t, attention_shape<D>, kv_dtype = kv_dtype::compute) { return 0; }
     // out_i = sum_{t <= past + i} softmax_t(scale q_i . k_t) v_t per head, head h using kv head h / (H / Hkv).
-    template <index_t D>
-    static void attention(const context&, mat<const T> q, mat<const T> keys, mat<const T> values, mat<T> out,
+    template <index_t D, class E = T>
+    static void attention(const context&, mat<const T> q, mat<const E> keys, mat<const E> values, mat<T> out,
                           attention_shape<D> shape, T scale, vec<T>) {
         const index_t d = shape.head_dim.value(), n_ctx = keys.rows(), past = n_ctx - q.rows();
         require(past >= 0 && values.rows() == n_ctx, "attention: shapes");
@@ -168,14 +173,14 @@ struct backend {
                 double top = -std::numeric_limits<double>::infinity(), z = 0;
                 for (index_t t = 0; t < seen; ++t) {
                     double s = 0;
-                    for (index_t c = 0; c < d; ++c) s += double(at(q, i, h * d + c)) * double(at(keys, t, kv + c));
+                    for (index_t c = 0; c < d; ++c) s += double(at(q, i, h * d + c)) * as_double(at(keys, t, kv + c));
                     p[static_cast<std::size_t>(t)] = s * double(scale);
                     top = std::max(top, p[static_cast<std::size_t>(t)]);
                 }
                 for (index_t t = 0; t < seen; ++t) z += (p[static_cast<std::size_t>(t)] = std::exp(p[static_cast<std::size_t>(t)] - top));
                 for (index_t c = 0; c < d; ++c) {
                     double o = 0;
-                    for (index_t t = 0; t < seen; ++t) o += p[static_cast<std::size_t>(t)] / z * double(at(values, t, kv + c));
+                    for (index_t t = 0; t < seen; ++t) o += p[static_cast<std::size_t>(t)] / z * as_double(at(values, t, kv + c));
                     at(out, i, h * d + c) = T(o);
                 }
             }
@@ -278,10 +283,11 @@ struct backend {
     }
 
     // qkv columns per kv group g: [G query heads | key | value], each head_dim wide.
-    template <index_t D>
-    static void split_qkv(const context&, mat<const T> qkv, mat<T> q, mat<T> k, mat<T> v, attention_shape<D> shape) {
+    template <index_t D, class E = T>
+    static void split_qkv(const context&, mat<const T> qkv, mat<T> q, mat<E> k, mat<E> v, attention_shape<D> shape) {
         for_each_qkv(shape, qkv.rows(), [&](index_t r, index_t from, char part, index_t to) {
-            (part == 'q' ? at(q, r, to) : part == 'k' ? at(k, r, to) : at(v, r, to)) = at(qkv, r, from);
+            if (part == 'q') at(q, r, to) = at(qkv, r, from);
+            else (part == 'k' ? at(k, r, to) : at(v, r, to)) = stored_as<E>(at(qkv, r, from));
         });
     }
     template <index_t D>
@@ -339,6 +345,13 @@ private:
                 for (index_t k = 0; k < depth; ++k) sum += double(lhs(i, k)) * double(rhs(k, j));
                 at(y, i, j) = T(double(alpha) * sum + (beta == T(0) ? 0.0 : double(beta) * double(at(y, i, j))));
             }
+    }
+    static double as_double(T x) { return double(x); }
+    static double as_double(bf16 x) { return double(static_cast<float>(x)); }
+    template <class E>
+    static E stored_as(T x) {
+        if constexpr (std::is_same_v<E, T>) return x;
+        else return E(static_cast<float>(x));
     }
     template <index_t C>
     static double inverse_rms(mat<const T, C> x, index_t r, T eps) {
