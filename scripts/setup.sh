@@ -8,6 +8,8 @@ packages=(
   libclang-rt-14-dev    # clang's sanitizer and libFuzzer runtimes (ASan/UBSan tests, scripts/fuzz.sh)
   libeigen3-dev nlohmann-json3-dev libcli11-dev catch2 libbenchmark-dev
   python3 python3-torch python3-numpy
+  python3-venv          # build-venv: PyPI tokenizers, the oracle of the tokenizer tests
+  libpcre2-dev          # the pre-tokenizer patterns of tokenizer.json (vwt::tokenizer)
   libopenblas0-pthread  # an optimised BLAS for PyTorch, whose Debian build otherwise uses the reference BLAS
   libopenblas-dev libdnnl-dev  # the library GEMM baselines of bench/bench_inference
   bible-kjv             # the demo's corpus: the King James Version (public domain), printed by `bible`
@@ -28,3 +30,11 @@ if ((${#missing[@]})); then
 else
   echo "setup: all packages present"
 fi
+
+# Python packages the tests need that Debian does not ship, from PyPI into build-venv (ignored by git).
+venv="$(dirname "$0")/../build-venv"
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+fi
+"$venv/bin/python" -c "import tokenizers" 2>/dev/null || "$venv/bin/pip" install --quiet "tokenizers==0.23.3"
+"$venv/bin/python" -c "import tokenizers; print('setup: tokenizers', tokenizers.__version__)"
