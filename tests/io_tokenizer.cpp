@@ -81,6 +81,10 @@ TEST_CASE("encode equals tokenizers on the whole corpus, and decode gives the co
         REQUIRE(ids.size() == want.size());
         CHECK(ids == want);
         if (std::string(name) != "prefix") CHECK(tok.decode(ids) == text);
+        // in pieces of ~4 kB (vwt tokenize and vwt train --tokenizer): the same ids, progress to the end
+        std::size_t done = 0;
+        CHECK(vwt::io::encode_in_pieces(tok, text, [&](std::size_t n) { done = n; }, 4096) == want);
+        CHECK(done == text.size());
     }
 }
 

@@ -4,6 +4,7 @@
 #include <iostream>
 #include <map>
 
+#include <vwt/io/bpe_tokenizer.hpp>
 #include <vwt/vwt.hpp>
 
 #include "commands.hpp"
@@ -98,7 +99,7 @@ void add_model_commands(CLI::App& app) {
         auto o = std::make_shared<options>();
         auto* cmd = app.add_subcommand("generate", "stream text generated from a prompt");
         cmd->add_option("--model", o->model, "model directory")->required();
-        cmd->add_option("--prompt", o->prompt, "prompt text (byte-level tokens)")->required();
+        cmd->add_option("--prompt", o->prompt, "prompt text (the model directory's tokenizer.json, else byte-level tokens)")->required();
         cmd->add_option("--max-new", o->max_new, "maximum new tokens");
         cmd->add_option("--temperature", o->temperature, "sampling temperature; 0 is greedy");
         cmd->add_option("--top-k", o->top_k, "keep the k most likely tokens (0: all)");
@@ -110,7 +111,16 @@ void add_model_commands(CLI::App& app) {
         cmd->callback([o] { o->device.run_inference([&]<class B>(const typename B::context& ctx) {
             const auto m = load<B>(o->model, ctx);
             const io::byte_tokenizer tok(m.vocab());
-            const auto prompt = tok.encode(o->prompt);
+            // the model directory's tokenizer.json if it has one, else bytes
+            std::optional<io::bpe_tokenizer> bpe;
+            if (const auto file = std::filesystem::path(o->model) / "tokenizer.json"; std::filesystem::exists(file)) {
+                bpe.emplace(io::bpe_tokenizer::from_file(file));
+                if (bpe->vocab_size() > m.vocab())
+                    detail::fail(file.string(), ": ", bpe->vocab_size(), " ids, more than the model's vocabulary of ", m.vocab());
+            }
+            std::optional<io::bpe_tokenizer::stream_decoder> stream;
+            if (bpe) stream.emplace(*bpe);
+            const auto prompt = bpe ? bpe->encode(o->prompt) : tok.encode(o->prompt);
             if (prompt.empty()) detail::fail("--prompt: empty prompt");
             const auto needed = static_cast<long long>(prompt.size()) + o->max_new;
             if (needed > m.schedule().dims.context)
@@ -123,13 +133,15 @@ void add_model_commands(CLI::App& app) {
             if (m.config().eos_token_id >= 0) g.stop_tokens = {m.config().eos_token_id};
             g.on_token = [&](int t) {
                 std::string bytes;
-                tok.append(bytes, t);
+                if (stream) bytes = stream->push(t);  // whole characters only
+                else tok.append(bytes, t);
                 std::cout << bytes << std::flush;
                 return true;
             };
             session<model<B>> s(m, ctx, static_cast<int>(needed), 0, o->device.kv_dtype());
             std::cout << o->prompt;
             generate(ctx, s, prompt, g);
+            if (stream) std::cout << stream->finish();
             std::cout << '\n';
         }); });
     }

@@ -4,6 +4,9 @@
 #include <fstream>
 #include <iostream>
 
+#include <optional>
+
+#include <vwt/io/bpe_tokenizer.hpp>
 #include <vwt/train/trainer.hpp>
 #include <vwt/vwt.hpp>
 
@@ -50,7 +53,7 @@ void add_train_commands(CLI::App& app) {
     {
         struct options {
             schedule_flags schedule;
-            std::string data, out, format = "text", decay = "cosine", max_shard = "0";
+            std::string data, out, format = "text", decay = "cosine", max_shard = "0", tokenizer;
             std::int64_t steps = 200, warmup = -1;
             int batch = 8, seq = 128, accumulate = 1;
             device_flags device;
@@ -64,6 +67,8 @@ void add_train_commands(CLI::App& app) {
         o->schedule.add_to(*cmd);
         cmd->add_option("--data", o->data, "corpus file")->required();
         cmd->add_option("--format", o->format, "text (UTF-8 bytes), u16 or u32 (little-endian token ids)");
+        cmd->add_option("--tokenizer", o->tokenizer,
+                        "tokenizer.json (byte-level BPE) for a text corpus: the model's vocabulary is its ids, and checkpoints carry it");
         cmd->add_option("--steps", o->steps, "optimizer steps");
         cmd->add_option("--batch", o->batch, "sequences per micro-batch");
         cmd->add_option("--accumulate", o->accumulate, "micro-batches per step (gradient accumulation)");
@@ -84,12 +89,29 @@ void add_train_commands(CLI::App& app) {
         cmd->callback([o] {
             std::string name;
             int base = 0;
+            std::optional<io::bpe_tokenizer> tok;
+            if (!o->tokenizer.empty()) {
+                tok.emplace(io::bpe_tokenizer::from_file(o->tokenizer));
+                if (o->format != "text") detail::fail("--tokenizer: tokenizes a text corpus (--format text), not --format ", o->format);
+                if (o->schedule.vocab && *o->schedule.vocab < tok->vocab_size())
+                    detail::fail("--vocab ", *o->schedule.vocab, " is smaller than the tokenizer's ", tok->vocab_size(), " ids");
+                if (!o->schedule.vocab) o->schedule.vocab = tok->vocab_size();
+            }
             auto s = o->schedule.build(name, base);
             if (o->seq > s.dims.context)
                 detail::fail("--seq: ", o->seq, " is above the model's context of ", s.dims.context);
             if (o->steps < 1) detail::fail("--steps: must be at least 1");
             auto c = byte_level_config(std::move(s), o->standard);
-            auto tokens = train::read_tokens(o->data, parse_token_format(o->format), c.schedule.dims.vocab);
+            std::vector<int> tokens;
+            if (tok) {
+                // the tokenizer's end of text, if it has one, is the model's bos, eos and pad
+                c.bos_token_id = c.eos_token_id = c.pad_token_id = tok->token_id("<|endoftext|>").value_or(-1);
+                const io::mapped_file text(o->data);
+                const auto bytes = text.bytes();
+                tokens = tokenize_text(*tok, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), true);
+            } else {
+                tokens = train::read_tokens(o->data, parse_token_format(o->format), c.schedule.dims.vocab);
+            }
             train::window_loader data(std::move(tokens), o->seq, o->validation, o->seed, o->data);
             std::vector<float> params;
             initialize_parameters(c, parameter_layout(c), o->seed, params);
@@ -102,6 +124,7 @@ void add_train_commands(CLI::App& app) {
             t.checkpoint_every = o->checkpoint_every;
             t.out = o->out;
             t.max_shard_bytes = parse_shard_size("--max-shard-size", o->max_shard);
+            t.tokenizer = o->tokenizer;
             const auto warmup = o->warmup >= 0 ? o->warmup : std::max<std::int64_t>(1, o->steps * 8 / 100);
             const auto decay = o->decay == "cosine" ? train::lr_decay::cosine
                                : o->decay == "constant" ? train::lr_decay::constant

@@ -4,17 +4,26 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <CLI/CLI.hpp>
+
+namespace vwt::io {
+class bpe_tokenizer;
+}
 
 namespace vwt::cli {
 // A --max-shard-size: bytes, or a number with KB, MB, GB (powers of 1000, as save_pretrained reads
 // them) or KiB, MiB, GiB; "0" or empty: no sharding.
 std::uint64_t parse_shard_size(const std::string& flag, const std::string& text);
+// A text's token ids, in pieces, with a progress bar on stderr when `progress` (cmd_tokenize.cpp).
+std::vector<int> tokenize_text(const io::bpe_tokenizer& tok, std::string_view text, bool progress);
 
 void add_info_command(CLI::App& app);
 void add_model_commands(CLI::App& app);  // init, generate, logits
 void add_train_commands(CLI::App& app);  // train, eval
 void add_compare_command(CLI::App& app);
 void add_bench_command(CLI::App& app);    // prefill and decode speed, llama-bench style
+void add_tokenize_command(CLI::App& app);  // a text corpus to a token file with a tokenizer.json
 }

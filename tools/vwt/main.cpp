@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
     vwt::cli::add_info_command(app);
     vwt::cli::add_model_commands(app);
     vwt::cli::add_train_commands(app);
+    vwt::cli::add_tokenize_command(app);
     vwt::cli::add_compare_command(app);
     vwt::cli::add_bench_command(app);
     auto* help = app.add_subcommand("help", "print the commands, or one command's flags (vwt help COMMAND)");

@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -180,6 +181,10 @@ public:
 
     // One more than the largest id (vocabulary and added tokens).
     int vocab_size() const { return static_cast<int>(tokens_.size()); }
+    // Whether the pre-tokenizer puts a space in front of text that does not start with one.
+    bool adds_prefix_space() const {
+        return std::any_of(steps_.begin(), steps_.end(), [](const step& s) { return s.prefix_space; });
+    }
     // The id of a token (a vocabulary entry or added token, as the file spells it).
     std::optional<int> token_id(std::string_view token) const {
         if (const auto it = added_ids_.find(std::string(token)); it != added_ids_.end()) return it->second;
@@ -486,5 +491,25 @@ private:
     std::size_t longest_added_ = 0;
     bool byte_level_ = false, ignore_merges_ = false;
 };
+
+// encode(text) for a large text, a piece at a time: pieces of about `chunk` bytes, each ending
+// after a newline that a non-whitespace character follows (where GPT-2's and cl100k's patterns
+// always end a pre-token, and no character is split), so the ids are encode(text)'s; one piece
+// for a tokenizer that adds a prefix space. progress(n) is called with the bytes done after each.
+template <class Progress>
+std::vector<int> encode_in_pieces(const bpe_tokenizer& t, std::string_view text, Progress&& progress, std::size_t chunk = 1 << 20) {
+    std::vector<int> ids;
+    if (t.adds_prefix_space()) chunk = text.size();  // a space would be added in front of every piece
+    std::size_t from = 0;
+    while (from < text.size()) {
+        std::size_t end = std::min(text.size(), from + chunk);
+        while (end < text.size() && !(text[end - 1] == '\n' && !std::isspace(static_cast<unsigned char>(text[end])))) ++end;
+        const auto part = t.encode(text.substr(from, end - from));
+        ids.insert(ids.end(), part.begin(), part.end());
+        from = end;
+        progress(from);
+    }
+    return ids;
+}
 
 }  // namespace vwt::io

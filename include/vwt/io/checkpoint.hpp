@@ -129,32 +129,30 @@ public:
 
     // Tensor t as numel() / elements_per_item<W> items of W, from whatever float dtype the file
     // holds (float: widened; bf16: the stored bits, or rounded to nearest; q8: quantized block by
-    // block), a slice at a time; the tensor's file pages are handed back after.
+    // block), a slice at a time, each slice's file pages handed back once converted: at most one
+    // slice of the file is resident beside the converted weights.
     template <class W>
     void read(const tensor_info& t, W* out) const {
         const auto& [file, entry] = found_.at(t.name);
         const auto& view = views_[file];
-        constexpr std::int64_t slice = 1 << 16;  // elements converted through a float buffer at a time (a multiple of 32)
-        if constexpr (std::is_same_v<W, bf16>) {
-            if (entry->type == dtype::bf16) {
-                const auto bytes = view.bytes_of(*entry);
-                std::memcpy(static_cast<void*>(out), bytes.data(), bytes.size());
-                files_[file]->release(bytes);
-                return;
-            }
-        }
-        if constexpr (std::is_same_v<W, float>) {
-            view.read_as(*entry, out);
-        } else {
-            std::vector<float> wide(static_cast<std::size_t>(std::min(slice, entry->numel())));
-            for (std::int64_t first = 0; first < entry->numel(); first += slice) {
-                const std::int64_t n = std::min(slice, entry->numel() - first);
+        const auto width = static_cast<std::int64_t>(info(entry->type).bytes);
+        constexpr std::int64_t slice = 1 << 18;  // elements per slice (a multiple of 32: whole q8 blocks)
+        std::vector<float> wide;
+        for (std::int64_t first = 0; first < entry->numel(); first += slice) {
+            const std::int64_t n = std::min(slice, entry->numel() - first);
+            const auto bytes = view.bytes_of(*entry).subspan(static_cast<std::size_t>(first * width), static_cast<std::size_t>(n * width));
+            if (stored_as<W>(entry->type)) {
+                std::memcpy(static_cast<void*>(out + first), bytes.data(), bytes.size());
+            } else if constexpr (std::is_same_v<W, float>) {
+                view.read_as(*entry, first, n, out + first);
+            } else {
+                wide.resize(static_cast<std::size_t>(n));
                 view.read_as(*entry, first, n, wide.data());
-                const auto items = convert_elements<W>(std::span<const float>(wide.data(), static_cast<std::size_t>(n)));
+                const auto items = convert_elements<W>(std::span<const float>(wide));
                 std::copy(items.begin(), items.end(), out + first / elements_per_item<W>);
             }
+            files_[file]->release(bytes);
         }
-        files_[file]->release(view.bytes_of(*entry));
     }
 
     // The parameters as items of W inside the mapping itself, when the directory allows it: one

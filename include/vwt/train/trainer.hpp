@@ -38,6 +38,7 @@ struct train_options {
     std::int64_t checkpoint_every = 0;  // 0: only at the end
     std::filesystem::path out;          // empty: no checkpoints
     std::uint64_t max_shard_bytes = 0;  // > 0: checkpoint weights in shards of at most this many bytes
+    std::filesystem::path tokenizer;    // a tokenizer.json copied into every checkpoint (empty: none)
 };
 
 struct step_report {
@@ -177,6 +178,7 @@ public:
         io::write_safetensors(dir / "optimizer.safetensors", moments, io::dtype::f32);
         nlohmann::ordered_json state = {{"step", step_}, {"optimizer_steps", opt_.steps()}, {"data_position", data_.position()}};
         io::write_file_atomic(dir / "trainer_state.json", state.dump(2) + "\n");
+        if (!o_.tokenizer.empty()) fs::copy_file(o_.tokenizer, dir / "tokenizer.json", fs::copy_options::overwrite_existing);
         io::replace_directory(dir, final_dir);
         io::write_file_atomic(o_.out / "LATEST", checkpoint_name(step_) + "\n");
     }
