@@ -1,6 +1,6 @@
 // The BPE tokenizer of tokenizer.json files against PyPI `tokenizers` (the oracle,
-// tests/tokenizer/make_cases.py): three tokenizers it trained (GPT-2's ByteLevel pattern,
-// cl100k's Split pattern, ByteLevel with add_prefix_space), the ids it gives for a whole corpus
+// tests/tokenizer/make_cases.py): four tokenizers it trained (GPT-2's ByteLevel pattern,
+// cl100k's Split pattern, tiktoken's possessive cl100k pattern, ByteLevel with add_prefix_space), the ids it gives for a whole corpus
 // and for adversarial strings (emoji, combining marks, CJK, invalid UTF-8, long runs of spaces and
 // digits, special tokens inside text); decode(encode(x)) == x; the streaming decoder never emits
 // part of a character; unsupported files are errors naming what is unsupported.
@@ -43,7 +43,7 @@ std::string corpus_text() {
 
 TEST_CASE("encode equals tokenizers on adversarial strings, decode inverts it, streaming never splits a character") {
     const auto cases = read_json(cases_dir / "cases.json");
-    for (const char* name : {"gpt2", "cl100k", "prefix"}) {
+    for (const char* name : {"gpt2", "cl100k", "tiktoken", "prefix"}) {
         CAPTURE(name);
         const auto tok = vwt::io::bpe_tokenizer::from_file(cases_dir / (std::string(name) + ".json"));
         for (const auto& c : cases) {
@@ -71,7 +71,7 @@ TEST_CASE("encode equals tokenizers on adversarial strings, decode inverts it, s
 
 TEST_CASE("encode equals tokenizers on the whole corpus, and decode gives the corpus back") {
     const auto text = corpus_text();
-    for (const char* name : {"gpt2", "cl100k", "prefix"}) {
+    for (const char* name : {"gpt2", "cl100k", "tiktoken", "prefix"}) {
         CAPTURE(name);
         const auto tok = vwt::io::bpe_tokenizer::from_file(cases_dir / (std::string(name) + ".json"));
         const auto bytes = vwt::io::read_file_bytes(cases_dir / (std::string(name) + ".corpus.u32"));

@@ -58,6 +58,38 @@ TEMPLATE_TEST_CASE("logits match the PyTorch reference to 1e-4 relative", "", vw
     }
 }
 
+// A checkpoint as the authors' code writes it (tests/reference/vwt_reference.py, authors_layout):
+// their whole config.json (generator parameters, lm_engine's fields, dropout, bookkeeping), bf16
+// tensors under save_pretrained's names in name order, 14 shards and an index. It loads with no
+// warning through io::load_model for every weight format and gives the reference's logits.
+TEST_CASE("a checkpoint in the authors' layout (sharded, bf16, their whole config) gives the reference's logits") {
+    const auto dir = reference_dir / "authors_layout";
+    std::vector<std::string> warnings;
+    const vwt::io::log_function log = [&](const std::string& w) { warnings.push_back(w); };
+    const auto f32 = vwt::io::load_model<backend>(dir, {2}, log);
+    const auto bf16 = vwt::io::load_model<vwt::cpu::backend<float, vwt::bf16>>(dir, {2}, log);
+    const auto ref = vwt::io::load_model<vwt::reference::backend<double>>(dir, {}, log);
+    CHECK(warnings.empty());
+    CHECK(f32.schedule().dims.kv_heads == 2);
+    CHECK_FALSE(bf16.borrows_parameters());  // 14 files in name order: converted, not used in place
+    const vwt::cpu::context exact{2, vwt::cpu::product_precision::f32};
+    for (const auto& e : manifest()) {
+        if (e["model"] != "authors_layout") continue;
+        const auto tokens = e["tokens"].get<std::vector<int>>();
+        CAPTURE(tokens.size());
+        const auto expected = read_floats(dir / e["logits"].get<std::string>());
+        const auto all = [&](const auto& m, const auto& ctx) {
+            using B = typename std::remove_cvref_t<decltype(m)>::backend;
+            auto cache = m.make_cache(static_cast<int>(tokens.size()));
+            const vwt::sequence_input<B> in{&cache, tokens};
+            return m.forward(ctx, std::span(&in, 1), vwt::logits_mode::all);
+        };
+        CHECK(relative_error(all(f32, backend::context{2}), expected) < 1e-4);
+        CHECK(relative_error(all(bf16, exact), expected) < 1e-4);  // the same bf16 weights, widened exactly
+        CHECK(relative_error(all(ref, vwt::reference::backend<double>::context{}), expected) < 1e-6);
+    }
+}
+
 TEST_CASE("incremental decode equals the full forward") {
     for (const char* name : {"x_tiny_l8", "x_gqa", "x_narrow_ends", "x_zero_resize"}) {
         CAPTURE(name);

@@ -169,6 +169,53 @@ class Reference:
         }
 
 
+def authors_config(ref, dtype):
+    """The config.json the authors' code writes through save_pretrained (WidthVaryingConfig over
+    lm_engine's CommonConfig): every field of both, generator parameters beside the widths they give
+    (tiny_l8's: base 209, bottleneck 0.3, turning layer 6, quantize 8), dropout and bookkeeping."""
+    c = ref.config()
+    c.update({
+        "architectures": ["GPTBaseForCausalLM"], "torch_dtype": {"BF16": "bfloat16", "F16": "float16"}.get(dtype, "float32"),
+        "transformers_version": "4.57.1", "use_cache": True, "bos_token_id": 256, "eos_token_id": 257, "pad_token_id": 257,
+        "base_width": 209, "bottleneck_ratio": 0.3, "expansion_factor": 0.7128896713256836, "reduction_factor": 2.3304736333528018,
+        "max_layer": 6, "duplicate_max_layer": False, "quantize_to": 8, "wide_unembedding": False,
+        "interpolate_align_corners": False, "fixed_residual_width": False, "original_input_width": True,
+        "original_output_width": True, "permute_widths_seed": None, "permute_all_widths": False, "symmetric_widths": True,
+        "delta": None, "delta_neg": None, "sinkhorn_iters": 0, "expand_linear_bias": False, "variable_initialization": True,
+        "schedule_type": "geometric", "embedding_width": ref.h, "unembedding_width": ref.h, "rope_dim": -1,
+        "embedding_dropout": 0.0, "resid_dropout": 0.0, "router_aux_loss_coef": 0.001, "rope_scaling": None,
+    })
+    for b in c["sequence_mixer_blocks"]:
+        b.update({"add_bias": False, "qkv_bias": False, "softmax_dropout": 0.0, "dropout": 0.0, "sliding_window": None})
+    for b in c["mlp_blocks"]:
+        b.update({"add_bias": False, "dropout": 0.0, "use_interleaved_weights": False})
+    return c
+
+
+def write_sharded(d, tensors, dtype, max_bytes):
+    """Shards as save_pretrained writes them: tensors in name order, a new shard when the next
+    tensor would pass max_bytes, model-0000i-of-0000n.safetensors and model.safetensors.index.json."""
+    size = {"F32": 4, "F16": 2, "BF16": 2}[dtype]
+    shards, current, used = [], [], 0
+    for name, t in sorted(tensors, key=lambda x: x[0]):
+        n = t.numel() * size
+        if current and used + n > max_bytes:
+            shards.append(current)
+            current, used = [], 0
+        current.append((name, t))
+        used += n
+    shards.append(current)
+    weight_map, total = {}, 0
+    for i, shard in enumerate(shards):
+        fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        write_safetensors(os.path.join(d, fname), shard, dtype)
+        for name, t in shard:
+            weight_map[name] = fname
+            total += t.numel() * size
+    with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}, f, indent=2)
+
+
 CASES = [
     # name, widths, hidden, heads, kv_heads, mup, resize, dtype
     ("x_tiny_l6", [144, 88, 48, 32, 64, 144], 96, 4, 4, True, "move_up", "F32"),
@@ -182,6 +229,8 @@ CASES = [
     ("x_gqa", [192, 128, 64, 128, 192], 128, 8, 2, True, "move_up", "F32"),
     ("x_bf16", [144, 88, 48, 32, 64, 144], 96, 4, 4, True, "move_up", "BF16"),
     ("x_f16", [144, 88, 48, 32, 64, 144], 96, 4, 4, True, "move_up", "F16"),
+    # the authors' layout: their whole config, bf16, sharded as save_pretrained shards (see main)
+    ("authors_layout", [208, 152, 104, 72, 56, 40, 88, 208], 128, 4, 2, True, "move_up", "BF16"),
 ]
 
 
@@ -194,9 +243,14 @@ def main(out):
         ref.round_weights(dtype)
         d = os.path.join(out, name)
         os.makedirs(d, exist_ok=True)
-        write_safetensors(os.path.join(d, "model.safetensors"), ref.tensors, dtype)
+        if name == "authors_layout":
+            write_sharded(d, ref.tensors, dtype, 300_000)
+            config = authors_config(ref, dtype)
+        else:
+            write_safetensors(os.path.join(d, "model.safetensors"), ref.tensors, dtype)
+            config = ref.config()
         with open(os.path.join(d, "config.json"), "w") as f:
-            json.dump(ref.config(), f, indent=1)
+            json.dump(config, f, indent=1)
         for length in (1, 7, 33):
             tokens = torch.randint(0, 258, (length,), generator=g).tolist()
             logits = ref.logits(tokens).to(torch.float32).numpy()

@@ -20,6 +20,9 @@ if not os.path.exists(corpus):
 text = open(corpus, encoding="utf-8").read()
 specials = ["<|endoftext|>", "<|pad|>", "<|im_start|>"]
 CL100K = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+# tiktoken's current cl100k_base pattern, with possessive quantifiers (what convert_tiktoken_to_fast,
+# the authors' tokenizer conversion, writes into tokenizer.json)
+CL100K_POSSESSIVE = r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
 
 
 def train(pre_tokenizer, vocab_size):
@@ -37,6 +40,8 @@ tokenizers = {
     "cl100k": train(pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(CL100K), behavior="isolated"),
                                              pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]), 3000),
     "prefix": train(pre_tokenizers.ByteLevel(add_prefix_space=True), 1000),
+    "tiktoken": train(pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(CL100K_POSSESSIVE), behavior="isolated"),
+                                               pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]), 2500),
 }
 
 adversarial = [
