@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzzes the readers of untrusted input with libFuzzer (clang, ASan + UBSan): the safetensors reader,
-# the config reader and the token-id parser. Seeds are real files written by `vwt init` (several
+# the config reader, the token-id parser and the BPE tokenizer's encode and decode. Seeds are real files written by `vwt init` (several
 # schedules, dtypes and layouts) and hand-written token lists. Each target runs FUZZ_SECONDS
 # (default 60); any crash, leak, input slower than 1 s or allocation above 1 GiB fails the script.
 # Prints executions and coverage per target.
@@ -10,13 +10,13 @@ seconds="${FUZZ_SECONDS:-60}"
 dir=build-fuzz
 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ -DVWT_BUILD_FUZZERS=ON -DVWT_WITH_ONEDNN=OFF \
   -DVWT_BUILD_TESTS=OFF -DVWT_BUILD_BENCH=OFF -DVWT_BUILD_EXAMPLES=ON -DVWT_NATIVE_ARCH=OFF -DVWT_WARNINGS_AS_ERRORS=ON >/dev/null
-cmake --build "$dir" -j"$(nproc)" --target fuzz_safetensors fuzz_config fuzz_token_ids vwt_cli
+cmake --build "$dir" -j"$(nproc)" --target fuzz_safetensors fuzz_config fuzz_token_ids fuzz_tokenizer vwt_cli
 vwt="$dir/tools/vwt"
 
 # Seed corpus: small real model directories (a safetensors file each is a few KB).
 seeds="$dir/seeds"
 rm -rf "$seeds" "$dir/corpus" "$dir/artifacts"
-mkdir -p "$seeds"/{safetensors,config,token_ids} "$dir/artifacts"
+mkdir -p "$seeds"/{safetensors,config,token_ids,tokenizer} "$dir/artifacts"
 n=0
 seed_model() {  # vwt init flags...
   n=$((n + 1))
@@ -35,9 +35,11 @@ printf '\x01%s' "1,2,3" > "$seeds/token_ids/t1"
 printf '\x00%s' "0" > "$seeds/token_ids/t2"
 printf '\xff%s' " 72, 101 ,108,108,111" > "$seeds/token_ids/t3"
 printf '\x02%s' "1,,2,-3,abc,99999999999999999999" > "$seeds/token_ids/t4"
+printf '%s' "the theme   12 123 <|eot|> <|eo" > "$seeds/tokenizer/s1"
+printf 'caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x98\x80 \xff\xe6\x97 \r\n\r\n  x' > "$seeds/tokenizer/s2"
 
 status=0
-for target in safetensors config token_ids; do
+for target in safetensors config token_ids tokenizer; do
   corpus="$dir/corpus/$target"
   mkdir -p "$corpus"
   log="$dir/fuzz_$target.log"
