@@ -165,9 +165,14 @@ inline __m512 load_first(const float* p, index_t n) {
 }
 inline __m512 load_first(const bf16* p, index_t n) {
     if (n >= 16) return vload(p);
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+    const __m256i h = _mm256_maskz_loadu_epi16(static_cast<__mmask16>((1u << n) - 1), p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+#else
     alignas(32) bf16 part[16] = {};
     std::copy(p, p + n, part);
     return vload(part);
+#endif
 }
 }  // namespace detail
 #endif
