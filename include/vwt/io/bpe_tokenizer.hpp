@@ -180,15 +180,15 @@ public:
     }
 
     // One more than the largest id (vocabulary and added tokens).
-    int vocab_size() const { return static_cast<int>(tokens_.size()); }
+    int vocab_size() const { return static_cast<int>(bytes_.size()); }
     // Whether the pre-tokenizer puts a space in front of text that does not start with one.
     bool adds_prefix_space() const {
         return std::any_of(steps_.begin(), steps_.end(), [](const step& s) { return s.prefix_space; });
     }
     // The id of a token (a vocabulary entry or added token, as the file spells it).
     std::optional<int> token_id(std::string_view token) const {
-        if (const auto it = added_ids_.find(std::string(token)); it != added_ids_.end()) return it->second;
-        if (const auto it = vocab_.find(std::string(token)); it != vocab_.end()) return it->second;
+        if (const auto it = added_ids_.find(token); it != added_ids_.end()) return it->second;
+        if (const auto it = vocab_.find(token); it != vocab_.end()) return it->second;
         return std::nullopt;
     }
 
@@ -365,6 +365,7 @@ private:
             add_token(content, static_cast<int>(id), true);
             added_ids_[content] = static_cast<int>(id);
             longest_added_ = std::max(longest_added_, content.size());
+            starts_added_[static_cast<unsigned char>(content[0])] = true;
         }
     }
 
@@ -375,10 +376,9 @@ private:
             if (!vocab_.try_emplace(s, id).second) fail("model.vocab: token '", s, "' given twice");
         }
         const auto n = static_cast<std::size_t>(id) + 1;
-        if (tokens_.size() < n) tokens_.resize(n), bytes_.resize(n), present_.resize(n, false);
+        if (bytes_.size() < n) bytes_.resize(n), present_.resize(n, false);
         if (present_[static_cast<std::size_t>(id)] && !added) fail("model.vocab: id ", id, " given twice");
         present_[static_cast<std::size_t>(id)] = true;
-        tokens_[static_cast<std::size_t>(id)] = s;
         static const auto inverse = [] {
             std::unordered_map<std::uint32_t, unsigned char> m;
             const auto cp = bpe_detail::byte_code_points();
@@ -399,9 +399,9 @@ private:
 
     // The longest added token at text[at], as (its length, its id), or (0, -1).
     std::pair<std::size_t, int> added_at(std::string_view text, std::size_t at) const {
-        if (added_ids_.empty()) return {0, -1};
+        if (!starts_added_[static_cast<unsigned char>(text[at])]) return {0, -1};
         for (std::size_t n = std::min(longest_added_, text.size() - at); n > 0; --n)
-            if (const auto it = added_ids_.find(std::string(text.substr(at, n))); it != added_ids_.end()) return {n, it->second};
+            if (const auto it = added_ids_.find(text.substr(at, n)); it != added_ids_.end()) return {n, it->second};
         return {0, -1};
     }
 
@@ -482,12 +482,13 @@ private:
     };
 
     std::string where_;
-    std::unordered_map<std::string, int> vocab_, added_ids_;
+    std::unordered_map<std::string, int, string_hash, std::equal_to<>> vocab_, added_ids_;
     std::unordered_map<std::uint64_t, merge> merges_;
     std::array<int, 256> byte_ids_{};
-    std::vector<std::string> tokens_, bytes_;
+    std::vector<std::string> bytes_;  // what each id decodes to
     std::vector<bool> present_;
     std::vector<step> steps_;
+    std::array<bool, 256> starts_added_{};  // the first bytes of added tokens
     std::size_t longest_added_ = 0;
     bool byte_level_ = false, ignore_merges_ = false;
 };
