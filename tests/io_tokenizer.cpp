@@ -31,11 +31,9 @@ nlohmann::json read_json(const std::filesystem::path& p) {
     return nlohmann::json::parse(f);
 }
 
-// The corpus the oracle trained on (tinyshakespeare, or the README where it is absent).
+// The text the oracle trained on and encoded (tinyshakespeare and this project's README).
 std::string corpus_text() {
-    const std::filesystem::path shakespeare = VWT_DATA_DIR "/tinyshakespeare.txt";
-    const auto path = std::filesystem::exists(shakespeare) ? shakespeare : std::filesystem::path(VWT_SOURCE_DIR "/README.md");
-    const auto bytes = vwt::io::read_file_bytes(path);
+    const auto bytes = vwt::io::read_file_bytes(cases_dir / "corpus.txt");
     return {bytes.begin(), bytes.end()};
 }
 
@@ -126,5 +124,17 @@ TEST_CASE("tokenizer.json features vwt does not implement are errors naming them
     rejects([](auto& j) { j["model"]["merges"][0] = "a b c"; }, "merge 0 'a b c' is not two tokens");
     rejects([](auto& j) { j["model"]["vocab"].erase("Ġ"); }, "no token for byte 32");
     rejects([](auto& j) { j["model"]["vocab"]["x"] = -3; }, "token 'x' has id -3");
+    rejects([](auto& j) { j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {{{"type", "Split"}, {"pattern", {{"Regex", "\\d{2,3}+"}}}, {"behavior", "Isolated"}}}}}; },
+            "interval {2,3}+");
     CHECK_THROWS_WITH(vwt::io::bpe_tokenizer::from_file(cases_dir / "missing.json"), Contains("missing.json") && Contains("no such file"));
+}
+
+// tokenizers reads patterns in Oniguruma's Ruby syntax: an interval followed by + repeats the
+// interval (tiktoken's \p{N}{1,3}+ takes any run of digits there), other possessive quantifiers
+// are possessive as in PCRE2; braces inside \p{...} and classes are not intervals.
+TEST_CASE("patterns are read as tokenizers reads them") {
+    using vwt::io::bpe_detail::onig_to_pcre2;
+    CHECK(onig_to_pcre2(R"(\p{N}{1,3}+| ?\p{L}++|[^\s\p{L}]?+x)", "t") == R"(\p{N}+| ?\p{L}++|[^\s\p{L}]?+x)");
+    CHECK(onig_to_pcre2(R"(a{1}+b{2,5}c[{1,2}+]\{1,2}+)", "t") == R"(a+b{2,5}c[{1,2}+]\{1,2}+)");
+    CHECK(onig_to_pcre2(R"([]{1,2}+]x)", "t") == R"([]{1,2}+]x)");
 }

@@ -1,10 +1,11 @@
-"""The oracle of the tokenizer tests: PyPI `tokenizers` trains two byte-level BPE tokenizers on a
+"""The oracle of the tokenizer tests: PyPI `tokenizers` trains byte-level BPE tokenizers on a
 corpus (GPT-2 style: the ByteLevel pre-tokenizer's own pattern; cl100k style: a Split on cl100k's
 pattern, then ByteLevel without one; both with special tokens), writes each tokenizer.json, the ids
 `tokenizers` gives for the whole corpus (little-endian u32) and for adversarial strings
 (cases.json: the string's bytes in hex and its ids; invalid UTF-8 is given to `tokenizers` as
 Python's bytes.decode("utf-8", "replace") makes it).
-Usage: make_cases.py CORPUS OUT_DIR FALLBACK (a text used where CORPUS does not exist)"""
+Writes the text it trained on as OUT_DIR/corpus.txt.
+Usage: make_cases.py CORPUS OUT_DIR EXTRA_TEXT"""
 import json
 import os
 import struct
@@ -12,12 +13,17 @@ import sys
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-corpus, out, fallback = sys.argv[1:4]
+corpus, out, extra = sys.argv[1:4]
 os.makedirs(out, exist_ok=True)
-if not os.path.exists(corpus):
-    print(f"{corpus} not found: training on {fallback}")
-    corpus = fallback
-text = open(corpus, encoding="utf-8").read()
+# The corpus (where it exists) and a text rich in digits, markup and punctuation (this project's
+# README), so that merges form across everything the pre-tokenizers split.
+text = open(extra, encoding="utf-8").read()
+if os.path.exists(corpus):
+    text = open(corpus, encoding="utf-8").read() + "\n" + text
+else:
+    print(f"{corpus} not found: training on {extra} alone")
+with open(os.path.join(out, "corpus.txt"), "w", encoding="utf-8", newline="") as f:
+    f.write(text)
 specials = ["<|endoftext|>", "<|pad|>", "<|im_start|>"]
 CL100K = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 # tiktoken's current cl100k_base pattern, with possessive quantifiers (what convert_tiktoken_to_fast,
@@ -51,7 +57,7 @@ adversarial = [
     " " * 1000, "\n" * 300, "9" * 500, "1234567890 3.14159 -42 1e10 0x1F", "a" * 3000,
     "special <|endoftext|> inside<|pad|>text<|im_start|>", "<|endoftext|><|endoftext|>", "<|endoftext", "|>",
     "I'M YOU'RE THEY'LL we've it's", "’curly’ “quotes” — dashes – …", "\u00a0non-breaking\u2003em space\u3000ideographic",
-    "\x00\x01\x1f control \x7f", "mixed\t \t \n \u00a0 \t", "ÿþýüû ¡¢£¤¥ ¦§¨©", "😀" * 100,
+    "\x00\x01\x1f control \x7f", "year 2026, pi 3.14159265358979, 1,000,000 and 12345678901234567890 digits", "mixed\t \t \n \u00a0 \t", "ÿþýüû ¡¢£¤¥ ¦§¨©", "😀" * 100,
 ]
 invalid = [b"\xff\xfe invalid", b"truncated \xe6\x97", b"lone continuation \x80\x80 end", b"\xc0\xaf overlong",
            b"surrogate \xed\xa0\x80 x", b"\xf4\x90\x80\x80 above max", b"ok \xe2\x82\xac then \xe2\x82"]

@@ -103,10 +103,62 @@ inline std::size_t pending_tail(std::string_view s) {
     return 0;
 }
 
+// A tokenizer.json pattern as PCRE2 must read it to match what `tokenizers` matches. `tokenizers`
+// runs patterns on Oniguruma with Ruby syntax, where `?+`, `*+` and `++` are possessive (as in
+// PCRE2) but an interval followed by `+` is not: `X{1,3}+` is `(?:X{1,3})+`, one or more digits in
+// tiktoken's `\p{N}{1,3}+`, where PCRE2 (and tiktoken itself) read a possessive `X{1,3}`. The
+// interval `{1,m}+` becomes `+`; other intervals followed by `+` are refused.
+inline std::string onig_to_pcre2(const std::string& p, const std::string& where) {
+    std::string out;
+    bool in_class = false;
+    for (std::size_t i = 0; i < p.size(); ++i) {
+        const char c = p[i];
+        if (c == '\\' && i + 1 < p.size()) {
+            out += c;
+            out += p[++i];
+            if ((p[i] == 'p' || p[i] == 'P') && i + 1 < p.size() && p[i + 1] == '{') {  // \p{...}: the braces are the escape's
+                const auto close = p.find('}', i + 1);
+                if (close == std::string::npos) return out + p.substr(i + 1);
+                out += p.substr(i + 1, close - i);
+                i = close;
+            }
+            continue;
+        }
+        if (in_class) {
+            if (c == ']') in_class = false;
+            out += c;
+            continue;
+        }
+        if (c == '[') {
+            in_class = true;
+            out += c;
+            if (i + 1 < p.size() && p[i + 1] == '^') out += p[++i];
+            if (i + 1 < p.size() && p[i + 1] == ']') out += p[++i];  // a leading ] is literal
+            continue;
+        }
+        if (c == '{') {
+            const auto close = p.find('}', i);
+            const auto body = close == std::string::npos ? std::string() : p.substr(i + 1, close - i - 1);
+            const bool interval = !body.empty() && body.find_first_not_of("0123456789,") == std::string::npos &&
+                                  std::isdigit(static_cast<unsigned char>(body[0]));
+            if (interval && close + 1 < p.size() && p[close + 1] == '+') {
+                if (!body.starts_with("1,") && body != "1")
+                    vwt::detail::fail(where, ": pattern interval {", body, "}+ (a repeated interval in tokenizers' Oniguruma syntax) is not implemented");
+                out += '+';
+                i = close + 1;
+                continue;
+            }
+        }
+        out += c;
+    }
+    return out;
+}
+
 // A compiled PCRE2 pattern (UTF, Unicode properties; JIT-compiled where PCRE2 has a JIT).
 class regex {
 public:
-    regex(const std::string& pattern, const std::string& where) {
+    regex(const std::string& source_pattern, const std::string& where) {
+        const std::string pattern = onig_to_pcre2(source_pattern, where);
         int error = 0;
         PCRE2_SIZE offset = 0;
         code_.reset(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP, &error, &offset,
