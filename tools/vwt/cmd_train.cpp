@@ -179,13 +179,13 @@ void add_train_commands(CLI::App& app) {
         o->device.add_to(*cmd);
         o->device.add_weights_to(*cmd);
         cmd->callback([o] {
-            auto loaded = io::load_model_dir(o->model);
-            if (o->seq > loaded.config.schedule.dims.context)
-                detail::fail("--seq: ", o->seq, " is above the model's context of ", loaded.config.schedule.dims.context);
-            auto tokens = train::read_tokens(o->data, parse_token_format(o->format), loaded.config.schedule.dims.vocab);
+            const auto config = io::read_model_config(o->model);
+            if (o->seq > config.schedule.dims.context)
+                detail::fail("--seq: ", o->seq, " is above the model's context of ", config.schedule.dims.context);
+            auto tokens = train::read_tokens(o->data, parse_token_format(o->format), config.schedule.dims.vocab);
             const train::window_loader data(std::move(tokens), o->seq, o->validation, 0, o->data);
             o->device.run_inference([&]<class B>(const typename B::context& ctx) {
-                const auto m = make_model<B>(std::move(loaded), ctx);
+                const auto m = io::load_model<B>(o->model, ctx);
                 const double loss = train::validation_loss(ctx, m, data);
                 std::cout << "validation loss " << loss << " perplexity " << std::exp(loss) << " over " << data.validation_windows()
                           << " windows of " << o->seq << " tokens\n";

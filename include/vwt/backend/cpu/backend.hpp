@@ -537,7 +537,7 @@ struct backend {
     static void split_qkv(const context&, mat<const T> qkv, mat<T> q, mat<E> k, mat<E> v, attention_shape<D> shape) {
         const index_t d = shape.head_dim.value();
         const int G = shape.heads / shape.kv_heads;
-        const auto store = [d](const T* from, E* to) {
+        const auto store = [&](const T* from, E* to) {
             if constexpr (std::is_same_v<E, T>) std::copy(from, from + d, to);
             else kernels::round_to_bf16(from, d, to);
         };
