@@ -140,11 +140,12 @@ TEST_CASE("half conversions round to nearest even and handle the edges") {
 }
 
 namespace {
+// A tiny_l6 model directory of its own (test cases run in parallel processes: one name each).
 struct model_dir {
-    std::filesystem::path dir = std::filesystem::temp_directory_path() / "vwt_bad_model";
+    std::filesystem::path dir;
     vwt::model_config config = vwt::model_config::mup(vwt::make_schedule(vwt::presets::tiny_l6));
     std::vector<float> params;
-    model_dir() {
+    explicit model_dir(const std::string& name) : dir(std::filesystem::temp_directory_path() / name) {
         std::filesystem::remove_all(dir);
         vwt::parameter_layout layout(config);
         vwt::initialize_parameters(config, layout, 7, params);
@@ -156,7 +157,7 @@ struct model_dir {
 }  // namespace
 
 TEST_CASE("model directories: bad configs and mismatched tensors are named") {
-    model_dir m;
+    model_dir m("vwt_bad_model");
     CHECK_NOTHROW(vwt::io::load_model_dir(m.dir));
     CHECK_THROWS_WITH(vwt::io::load_model_dir(m.dir / "nope"), Contains("does not exist"));
 
@@ -324,7 +325,7 @@ std::vector<std::string> files_in(const std::filesystem::path& dir) {
 }  // namespace
 
 TEST_CASE("sharded checkpoints: save_pretrained's names and index, read back exactly, faults named") {
-    model_dir m;
+    model_dir m("vwt_sharded_model");
     const vwt::parameter_layout layout(m.config);
     // tiny_l6 in F32 is ~1.1 MB: shards of at most 200 kB
     vwt::io::save_model_dir(m.dir, m.config, m.params, vwt::io::dtype::f32, nullptr, 200'000);
@@ -386,7 +387,7 @@ TEST_CASE("sharded checkpoints: save_pretrained's names and index, read back exa
 }
 
 TEST_CASE("load_model uses a vwt-written file in place when it is the parameter buffer, else converts tensor by tensor") {
-    model_dir m;
+    model_dir m("vwt_in_place_model");
     using f32_backend = vwt::cpu::backend<float>;
     using bf16_backend = vwt::cpu::backend<float, vwt::bf16>;
     using q8_backend = vwt::cpu::backend<float, vwt::q8_block>;
@@ -436,7 +437,7 @@ TEST_CASE("load_model uses a vwt-written file in place when it is the parameter 
 }
 
 TEST_CASE("weights used in place can change without the file changing") {
-    model_dir m;
+    model_dir m("vwt_cow_model");
     const auto before = vwt::io::read_file_bytes(m.dir / "model.safetensors");
     {
         auto a = vwt::io::load_model<vwt::cpu::backend<float>>(m.dir);
