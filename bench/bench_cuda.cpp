@@ -15,6 +15,7 @@
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -200,20 +201,30 @@ void prefill(benchmark::State& state, bool uniform) {
     state.counters["TFLOP/s"] = benchmark::Counter(flops_of(prefill_shapes(m.schedule())) / 1e12, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// One decode step at a context, in a session (its logits come back to the host for sampling).
+// A session holding `context - 1` tokens, ready to decode the token that makes `context`.
+struct decode_session {
+    vwt::session<vwt::model<backend>> s;
+    int past;
+    decode_session(const vwt::model<backend>& m, const backend::context& ctx, int context) : s(m, ctx, context, 512), past(context - 1) {
+        std::vector<int> prompt(static_cast<std::size_t>(past));
+        for (int i = 0; i < past; ++i) prompt[static_cast<std::size_t>(i)] = (i * 17) % m.vocab();
+        s.append(ctx, prompt);
+    }
+    void step(const backend::context& ctx) {
+        s.truncate(past);
+        int next = 7;
+        benchmark::DoNotOptimize(s.append(ctx, std::span(&next, 1)));
+    }
+};
+
+// One decode step at a context (the new token attends to `context` positions, itself included),
+// in a session: its logits come back to the host for sampling.
 void decode(benchmark::State& state, bool uniform) {
     const int context = static_cast<int>(state.range(0));
     const auto& m = bench_model(uniform);
     const auto& ctx = bench_context();
-    vwt::session<vwt::model<backend>> s(m, ctx, context + 1, 512);
-    std::vector<int> prompt(static_cast<std::size_t>(context));
-    for (int i = 0; i < context; ++i) prompt[static_cast<std::size_t>(i)] = (i * 17) % m.vocab();
-    s.append(ctx, prompt);
-    int next = 7;
-    for (auto _ : state) {
-        s.truncate(context);
-        benchmark::DoNotOptimize(s.append(ctx, std::span(&next, 1)));
-    }
+    decode_session d(m, ctx, context);
+    for (auto _ : state) d.step(ctx);
     const auto costs = vwt::account(m.schedule(), {context, 4, 4});
     state.counters["tokens/s"] = benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate);
     state.counters["bytes/token"] = static_cast<double>(costs.weight_bytes) + static_cast<double>(costs.kv_bytes_per_token) * context;
@@ -236,6 +247,48 @@ void train_step(benchmark::State& state, bool uniform) {
     const double flops = vwt::account(m.schedule(), {train_length}).train_flops_per_token * static_cast<double>(tokens.size());
     state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(tokens.size()), benchmark::Counter::kIsIterationInvariantRate);
     state.counters["TFLOP/s"] = benchmark::Counter(flops / 1e12, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// --profile=prefill|decode|train: one warm-up, then one run of that workload on the ><former
+// between cudaProfilerStart and cudaProfilerStop, for `ncu --profile-from-start off`.
+void profile_once(const std::string& what) {
+    const auto& m = bench_model(false);
+    const auto& ctx = bench_context();
+    auto run = [&](auto&& f) {
+        f();
+        ctx.synchronize();
+        check(cudaProfilerStart(), "cudaProfilerStart");
+        f();
+        ctx.synchronize();
+        check(cudaProfilerStop(), "cudaProfilerStop");
+    };
+    if (what == "prefill") {
+        std::vector<int> tokens(prefill_tokens);
+        for (int i = 0; i < prefill_tokens; ++i) tokens[static_cast<std::size_t>(i)] = (i * 31) % m.vocab();
+        auto cache = m.make_cache(prefill_tokens);
+        auto ws = m.make_workspace(ctx, prefill_tokens, prefill_tokens);
+        run([&] {
+            cache.clear();
+            const vwt::sequence_input<backend> in{&cache, tokens};
+            m.forward(ctx, ws, std::span(&in, 1));
+        });
+    } else if (what == "decode") {
+        decode_session d(m, ctx, 256);
+        run([&] { d.step(ctx); });
+    } else if (what == "train") {
+        vwt::train::step_workspace<backend> ws(ctx, m, train_sequences, train_length);
+        backend::buffer<float> grad(m.parameters().size());
+        const auto grads = m.bind(grad.view());
+        std::vector<int> tokens(train_sequences * train_length), targets(tokens.size());
+        for (std::size_t i = 0; i < tokens.size(); ++i) {
+            tokens[i] = static_cast<int>((i * 131) % static_cast<std::size_t>(m.vocab()));
+            targets[i] = static_cast<int>((i * 71 + 3) % static_cast<std::size_t>(m.vocab()));
+        }
+        const vwt::train::token_batch batch{tokens, targets, train_sequences};
+        run([&] { vwt::train::loss_and_gradient(ctx, m, batch, ws, grads); });
+    } else {
+        throw std::runtime_error("--profile: expected prefill, decode or train, not '" + what + "'");
+    }
 }
 
 // Runs a benchmark body, turning an exception (out of memory, a CUDA error) into a skipped
@@ -264,6 +317,7 @@ public:
 }  // namespace
 
 int main(int argc, char** argv) {
+    std::string profile;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a.rfind("--gemm=", 0) == 0) {
@@ -272,10 +326,16 @@ int main(int argc, char** argv) {
             for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
             --argc;
             --i;
+        } else if (a.rfind("--profile=", 0) == 0) {
+            profile = a.substr(10);
         }
     }
     if (!backend::context::available()) {
         std::printf("bench_cuda: no CUDA device on this machine; nothing to measure\n");
+        return 0;
+    }
+    if (!profile.empty()) {
+        profile_once(profile);
         return 0;
     }
     for (const bool uniform : {false, true}) {

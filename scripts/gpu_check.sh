@@ -39,12 +39,21 @@ a = np.fromfile(sys.argv[1] + "/logits_cpu.bin", dtype="<f4"); b = np.fromfile(s
 print("cli logits cpu vs cuda: max rel err %.3g" % (np.abs(a - b).max() / np.abs(a).max()) if a.size == b.size and a.size else "cli logits: sizes differ")
 PY
 run 20 cli_generate_cuda $bin/vwt generate --model "$model" --prompt "Once" --max-new 16 --temperature 0 --device cuda --gemm bf16
-run 180 bench_cuda $bin/bench_cuda --benchmark_min_time=0.2s --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+run 180 bench_cuda $bin/bench_cuda --benchmark_min_time=0.2 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 if command -v compute-sanitizer >/dev/null; then
   run 40 memcheck compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 $bin/cuda_ops
   run 20 racecheck compute-sanitizer --tool racecheck --error-exitcode 3 $bin/cuda_ops "*attention*"
 fi
+# Where the time goes: each kernel's GPU time in one prefill, one decode step and one training step
+# (VWT_PROFILE=1; Nsight Compute, clocks left as they are).
+ncu="$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)"
+if [ "${VWT_PROFILE:-0}" = 1 ] && [ -n "$ncu" ]; then
+  for w in prefill decode train; do
+    run 100 "profile_$w" "$ncu" --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv \
+      --print-summary per-kernel $bin/bench_cuda --profile=$w
+  done
+fi
 sed -n '/^summary/,$p' "$logs/bench_cuda.log" | tee -a "$logs/summary.txt"
-cp "$logs/summary.txt" "$logs/bench_cuda.log" "$logs/cuda_ops.log" "$logs/cuda_device_policy.log" "$out/" 2>/dev/null
+cp "$logs/summary.txt" "$logs/bench_cuda.log" "$logs"/profile_*.log "$out/" 2>/dev/null
 tar czf "$out/logs.tgz" -C "$logs" .
 exit $status
