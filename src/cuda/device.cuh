@@ -112,6 +112,8 @@ VWT_DEVICE double warp_sum(double v) {
     for (int lane = 0; lane < 32; ++lane) s += all[lane];
     return s;
 }
+// Every lane gets lane `from`'s value.
+VWT_DEVICE float warp_shuffle(float v, int from) { return static_cast<float>(emu::exchange(v)[from]); }
 VWT_DEVICE float warp_max(float v) {
     const double* all = emu::exchange(v);
     float m = static_cast<float>(all[0]);
@@ -184,6 +186,7 @@ VWT_DEVICE double warp_sum(double v) {
     for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
     return v;
 }
+VWT_DEVICE float warp_shuffle(float v, int from) { return __shfl_sync(0xffffffffu, v, from); }
 VWT_DEVICE float warp_max(float v) {
     for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
     return v;

@@ -388,6 +388,10 @@ void api::rmsnorm(const state& s, const_dmatrix x, const float* gain, dmatrix y,
              "rmsnorm");
 }
 
+index_t api::rmsnorm_backward_scratch(index_t rows, index_t cols) {
+    return rows + (rows + kernels::gain_chunk_rows - 1) / kernels::gain_chunk_rows * cols;
+}
+
 void api::rmsnorm_backward(const state& s, const_dmatrix x, const float* gain, const_dmatrix dy, dmatrix dx, float* dgain, float eps,
                            float* scratch) {
     if (x.rows == 0) return;
@@ -395,8 +399,13 @@ void api::rmsnorm_backward(const state& s, const_dmatrix x, const float* gain, c
     launched(launch(kernels::rmsnorm_backward_kernel, blocks_for_warps(x.rows), block_threads, s.stream(), x.data, x.stride, gain, dy.data,
                     dy.stride, dx.data, dx.stride, x.rows, x.cols, eps, scratch),
              "rmsnorm_backward");
-    launched(launch(kernels::rmsnorm_gain_backward_kernel, blocks_for_threads(x.cols), block_threads, s.stream(), x.data, x.stride,
-                    dy.data, dy.stride, scratch, dgain, x.rows, x.cols),
+    const index_t chunks = (x.rows + kernels::gain_chunk_rows - 1) / kernels::gain_chunk_rows;
+    float* const partial = scratch + x.rows;
+    launched(launch(kernels::rmsnorm_gain_partial_kernel, blocks_for_threads(chunks * x.cols), block_threads, s.stream(), x.data, x.stride,
+                    dy.data, dy.stride, scratch, partial, x.rows, x.cols),
+             "rmsnorm_backward (gain, partial sums)");
+    launched(launch(kernels::rmsnorm_gain_backward_kernel, blocks_for_threads(x.cols), block_threads, s.stream(), partial, dgain, chunks,
+                    x.cols),
              "rmsnorm_backward (gain)");
 }
 

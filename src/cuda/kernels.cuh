@@ -13,8 +13,8 @@ using index = std::ptrdiff_t;
 // Error bits a kernel records in the context's error word (raised by the host at the next wait).
 enum error_bit : int { bad_embed_id = 1, bad_embed_backward_id = 2, bad_target = 4 };
 
-// Attention keeps a row's head vector in registers: lane l holds dims l, l + 32, ..., so R = 8
-// registers cover head dims up to 256.
+// Attention keeps a row's output (and gradient) head vectors in registers: lane l holds dims l,
+// l + 32, ..., so R = 8 registers cover head dims up to 256.
 constexpr int max_head_registers = 8;
 
 VWT_DEVICE unsigned lane() { return thread_x() % 32; }
@@ -176,12 +176,25 @@ VWT_KERNEL void rmsnorm_backward_kernel(const float* x, index xs, const float* g
     }
 }
 
-// dgain_c += sum_r dy_rc x_rc s_r: one thread per column, rows in order (deterministic).
-VWT_KERNEL void rmsnorm_gain_backward_kernel(const float* x, index xs, const float* dy, index dys, const float* inverse_rms, float* dgain,
-                                             index rows, index cols) {
+// dgain_c += sum_r dy_rc x_rc s_r in two passes, deterministic: partial sums over chunks of
+// gain_chunk_rows rows (one thread per chunk and column, rows in order), then the chunks' sums in
+// order (one thread per column).
+constexpr index gain_chunk_rows = 64;
+VWT_KERNEL void rmsnorm_gain_partial_kernel(const float* x, index xs, const float* dy, index dys, const float* inverse_rms, float* partial,
+                                            index rows, index cols) {
+    const index chunks = (rows + gain_chunk_rows - 1) / gain_chunk_rows;
+    for (index i = first_thread(); i < chunks * cols; i += thread_count()) {
+        const index c = i % cols, begin = (i / cols) * gain_chunk_rows;
+        const index end = begin + gain_chunk_rows < rows ? begin + gain_chunk_rows : rows;
+        float sum = 0;
+        for (index r = begin; r < end; ++r) sum += dy[r * dys + c] * x[r * xs + c] * inverse_rms[r];
+        partial[i] = sum;
+    }
+}
+VWT_KERNEL void rmsnorm_gain_backward_kernel(const float* partial, float* dgain, index chunks, index cols) {
     for (index c = first_thread(); c < cols; c += thread_count()) {
         float sum = 0;
-        for (index r = 0; r < rows; ++r) sum += dy[r * dys + c] * x[r * xs + c] * inverse_rms[r];
+        for (index chunk = 0; chunk < chunks; ++chunk) sum += partial[chunk * cols + c];
         dgain[c] += sum;
     }
 }
@@ -234,31 +247,45 @@ VWT_KERNEL void rope_kernel(float* x, index xs, index rows, int groups, int head
     }
 }
 
-// ---- attention: one warp per (query row, head[, key split]); the head vector in registers
+// ---- attention: one warp per (query row, head[, key split]) or (key row, kv head), keys (or
+// queries) 32 at a time, one per lane
 
-// Loads head vector dims lane + 32 j of row `p` (R registers), times `factor`; zero past d.
+// a . b over d dims, by one lane (four partial sums, for instruction-level parallelism).
+VWT_DEVICE float dot_row(const float* a, const float* b, index d) {
+    float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    index c = 0;
+    for (; c + 4 <= d; c += 4) {
+        s0 += a[c] * b[c];
+        s1 += a[c + 1] * b[c + 1];
+        s2 += a[c + 2] * b[c + 2];
+        s3 += a[c + 3] * b[c + 3];
+    }
+    for (; c < d; ++c) s0 += a[c] * b[c];
+    return (s0 + s1) + (s2 + s3);
+}
+
+// o[j] += sum_{src < n} w_src rows[src][lane + 32 j] over the dims below d, w_src being lane
+// src's `w` (n <= 32, the same in every lane): lane l keeps dims l, l + 32, ... of the sum.
 template <int R>
-VWT_DEVICE void load_head(const float* p, index d, float factor, float (&to)[R]) {
-    for (int j = 0; j < R; ++j) {
-        const index c = lane() + 32 * j;
-        to[j] = c < d ? p[c] * factor : 0.0f;
+VWT_DEVICE void accumulate_rows(float w, const float* rows, index stride, index n, index d, float (&o)[R]) {
+    for (index src = 0; src < n; ++src) {
+        const float ws = warp_shuffle(w, static_cast<int>(src));
+        const float* row = rows + src * stride;
+        for (int j = 0; j < R; ++j) {
+            const index c = lane() + 32 * j;
+            if (c < d) o[j] += ws * row[c];
+        }
     }
 }
-template <int R>
-VWT_DEVICE float dot_head(const float (&a)[R], const float* p, index d) {
-    float part = 0;
-    for (int j = 0; j < R; ++j) {
-        const index c = lane() + 32 * j;
-        if (c < d) part += a[j] * p[c];
-    }
-    return warp_sum(part);
-}
+
+VWT_DEVICE index block_of_32(index begin, index end) { return end - begin < 32 ? end - begin : 32; }
 
 // Causal attention of `rows` queries against n_ctx keys (the last `rows` of which are the
 // queries' own positions): out_i = sum_{t <= past + i} softmax_t(scale q_i . k_t) v_t, with an
-// online softmax. Keys are split into `splits` chunks of `chunk`: with one split the result goes
-// to out; otherwise each (row, head, split) writes its unnormalised output, its maximum and its
-// sum to partial (d + 2 floats), and attention_combine_kernel merges them.
+// online softmax over blocks of 32 keys (lane l scores key t0 + l). Keys are split into `splits`
+// chunks of `chunk`: with one split the result goes to out; otherwise each (row, head, split)
+// writes its unnormalised output, its maximum and its sum to partial (d + 2 floats), and
+// attention_combine_kernel merges them.
 template <int R>
 VWT_KERNEL void attention_kernel(const float* q, index qs, const float* k, index ks, const float* v, index vs, float* out, index os,
                                  index rows, index n_ctx, int heads, int group, index d, float scale, int splits, index chunk,
@@ -269,18 +296,19 @@ VWT_KERNEL void attention_kernel(const float* q, index qs, const float* k, index
         const index i = w / (static_cast<index>(splits) * heads);
         const index kv = static_cast<index>(h / group) * d, seen = past + i + 1;
         const index begin = split * chunk, end = begin + chunk < seen ? begin + chunk : seen;
-        float qr[R], o[R];
-        load_head(q + i * qs + h * d, d, scale, qr);
+        const float* qi = q + i * qs + h * d;
+        float o[R];
         for (int j = 0; j < R; ++j) o[j] = 0.0f;
         float m = -INFINITY, l = 0.0f;
-        for (index t = begin; t < end; ++t) {
-            const float s = dot_head(qr, k + t * ks + kv, d);
-            const float m_new = fmaxf(m, s), correction = expf(m - m_new), p = expf(s - m_new);
-            l = l * correction + p;
-            for (int j = 0; j < R; ++j) {
-                const index c = lane() + 32 * j;
-                o[j] = o[j] * correction + (c < d ? p * v[t * vs + kv + c] : 0.0f);
-            }
+        for (index t0 = begin; t0 < end; t0 += 32) {
+            const index t = t0 + lane();
+            const bool valid = t < end;
+            const float s = valid ? scale * dot_row(qi, k + t * ks + kv, d) : -INFINITY;
+            const float m_new = fmaxf(m, warp_max(s));
+            const float correction = expf(m - m_new), p = valid ? expf(s - m_new) : 0.0f;
+            l = l * correction + warp_sum(p);
+            for (int j = 0; j < R; ++j) o[j] *= correction;
+            accumulate_rows(p, v + t0 * vs + kv, vs, block_of_32(t0, end), d, o);
             m = m_new;
         }
         if (splits == 1) {
@@ -324,15 +352,17 @@ VWT_KERNEL void attention_stats_kernel(const float* q, index qs, const float* k,
         const index i = w / heads;
         const int h = static_cast<int>(w % heads);
         const index kv = static_cast<index>(h / group) * d;
-        float qr[R], dor[R];
-        load_head(q + i * qs + h * d, d, scale, qr);
-        load_head(d_out + i * dos + h * d, d, 1.0f, dor);
+        const float *qi = q + i * qs + h * d, *doi = d_out + i * dos + h * d;
         float m = -INFINITY, l = 0.0f, centre = 0.0f;
-        for (index t = 0; t <= i; ++t) {
-            const float s = dot_head(qr, k + t * ks + kv, d), dp = dot_head(dor, v + t * vs + kv, d);
-            const float m_new = fmaxf(m, s), correction = expf(m - m_new), p = expf(s - m_new);
-            l = l * correction + p;
-            centre = centre * correction + p * dp;
+        for (index t0 = 0; t0 <= i; t0 += 32) {
+            const index t = t0 + lane();
+            const bool valid = t <= i;
+            const float s = valid ? scale * dot_row(qi, k + t * ks + kv, d) : -INFINITY;
+            const float dp = valid ? dot_row(doi, v + t * vs + kv, d) : 0.0f;
+            const float m_new = fmaxf(m, warp_max(s));
+            const float correction = expf(m - m_new), p = valid ? expf(s - m_new) : 0.0f;
+            l = l * correction + warp_sum(p);
+            centre = centre * correction + warp_sum(p * dp);
             m = m_new;
         }
         if (lane() == 0) {
@@ -353,25 +383,25 @@ VWT_KERNEL void attention_dq_kernel(const float* q, index qs, const float* k, in
         const int h = static_cast<int>(w % heads);
         const index kv = static_cast<index>(h / group) * d;
         const float m = stats[w * 3], l = stats[w * 3 + 1], centre = stats[w * 3 + 2];
-        float qr[R], dor[R], g[R];
-        load_head(q + i * qs + h * d, d, scale, qr);
-        load_head(d_out + i * dos + h * d, d, 1.0f, dor);
+        const float *qi = q + i * qs + h * d, *doi = d_out + i * dos + h * d;
+        float g[R];
         for (int j = 0; j < R; ++j) g[j] = 0.0f;
-        for (index t = 0; t <= i; ++t) {
-            const float s = dot_head(qr, k + t * ks + kv, d), dp = dot_head(dor, v + t * vs + kv, d);
-            const float ds = expf(s - m) / l * (dp - centre) * scale;
-            for (int j = 0; j < R; ++j) {
-                const index c = lane() + 32 * j;
-                if (c < d) g[j] += ds * k[t * ks + kv + c];
+        for (index t0 = 0; t0 <= i; t0 += 32) {
+            const index t = t0 + lane();
+            float ds = 0.0f;
+            if (t <= i) {
+                const float s = scale * dot_row(qi, k + t * ks + kv, d), dp = dot_row(doi, v + t * vs + kv, d);
+                ds = expf(s - m) / l * (dp - centre) * scale;
             }
+            accumulate_rows(ds, k + t0 * ks + kv, ks, block_of_32(t0, i + 1), d, g);
         }
         for (int j = 0; j < R; ++j)
             if (lane() + 32 * j < d) dq[i * dqs + h * d + lane() + 32 * j] = g[j];
     }
 }
 
-// Pass 3: per (key row t, kv head), over the heads that share it and the rows i >= t:
-// dK_t = sum dS_it q_i, dV_t = sum P_it dO_i.
+// Pass 3: per (key row t, kv head), over the heads that share it and the rows i >= t (32 at a
+// time, one per lane): dK_t = sum dS_it q_i, dV_t = sum P_it dO_i.
 template <int R>
 VWT_KERNEL void attention_dkdv_kernel(const float* q, index qs, const float* k, index ks, const float* v, index vs, const float* d_out,
                                       index dos, float* dk, index dks, float* dv, index dvs, index rows, int heads, int group, index d,
@@ -381,28 +411,22 @@ VWT_KERNEL void attention_dkdv_kernel(const float* q, index qs, const float* k, 
         const index t = w / kv_heads;
         const int g = static_cast<int>(w % kv_heads);
         const index kv = static_cast<index>(g) * d;
-        float kr[R], vr[R], gk[R], gv[R];
-        load_head(k + t * ks + kv, d, 1.0f, kr);
-        load_head(v + t * vs + kv, d, 1.0f, vr);
+        const float *kt = k + t * ks + kv, *vt = v + t * vs + kv;
+        float gk[R], gv[R];
         for (int j = 0; j < R; ++j) gk[j] = gv[j] = 0.0f;
         for (int h = g * group; h < (g + 1) * group; ++h)
-            for (index i = t; i < rows; ++i) {
-                const float* stat = stats + (i * heads + h) * 3;
-                float qr[R], dor[R];
-                load_head(q + i * qs + h * d, d, scale, qr);
-                load_head(d_out + i * dos + h * d, d, 1.0f, dor);
-                float s_part = 0, dp_part = 0;
-                for (int j = 0; j < R; ++j) {
-                    s_part += qr[j] * kr[j];
-                    dp_part += dor[j] * vr[j];
+            for (index i0 = t; i0 < rows; i0 += 32) {
+                const index i = i0 + lane();
+                float p = 0.0f, ds = 0.0f;
+                if (i < rows) {
+                    const float* stat = stats + (i * heads + h) * 3;
+                    const float s = scale * dot_row(q + i * qs + h * d, kt, d), dp = dot_row(d_out + i * dos + h * d, vt, d);
+                    p = expf(s - stat[0]) / stat[1];
+                    ds = p * (dp - stat[2]) * scale;
                 }
-                const float s = warp_sum(s_part), dp = warp_sum(dp_part);
-                // dS q = p (dp - c) scale q = p (dp - c) qr, qr holding the scaled query
-                const float p = expf(s - stat[0]) / stat[1], ds_over_scale = p * (dp - stat[2]);
-                for (int j = 0; j < R; ++j) {
-                    gk[j] += ds_over_scale * qr[j];
-                    gv[j] += p * dor[j];
-                }
+                const index n = block_of_32(i0, rows);
+                accumulate_rows(ds, q + i0 * qs + h * d, qs, n, d, gk);
+                accumulate_rows(p, d_out + i0 * dos + h * d, dos, n, d, gv);
             }
         for (int j = 0; j < R; ++j)
             if (lane() + 32 * j < d) {

@@ -113,14 +113,14 @@ struct basic_backend {
     static void rmsnorm(const context& ctx, mat<const T> x, vec<const T> gain, mat<T> y, T eps) {
         rmsnorm<dynamic_extent>(ctx, x, gain, y, eps);
     }
-    static index_t rmsnorm_backward_scratch(const context&, index_t rows, index_t) { return rows; }
+    static index_t rmsnorm_backward_scratch(const context&, index_t rows, index_t cols) { return api::rmsnorm_backward_scratch(rows, cols); }
     template <index_t C>
     static void rmsnorm_backward(const context& ctx, mat<const T, C> x, vec<const T> gain, mat<const T, C> dy, mat<T, C> dx,
                                  vec<T> dgain, T eps, vec<T> scratch) {
         check(gain.size() == x.cols() && dgain.size() == x.cols() && dy.rows() == x.rows() && dx.rows() == x.rows() &&
                   dy.cols() == x.cols() && dx.cols() == x.cols(),
               "rmsnorm_backward: shapes");
-        check(scratch.size() >= x.rows(), "rmsnorm_backward: scratch smaller than rmsnorm_backward_scratch()");
+        check(scratch.size() >= api::rmsnorm_backward_scratch(x.rows(), x.cols()), "rmsnorm_backward: scratch smaller than rmsnorm_backward_scratch()");
         api::rmsnorm_backward(ctx.state(), d(x), ptr(gain), d(dy), d(dx), ptr(dgain), eps, ptr(scratch));
     }
     static void rmsnorm_backward(const context& ctx, mat<const T> x, vec<const T> gain, mat<const T> dy, mat<T> dx, vec<T> dgain,

@@ -59,6 +59,7 @@ enum class gemm_op { nt, nn, tn };
  \
     static void matmul(const state& s, gemm_op op, const_dmatrix a, const_dmatrix b, dmatrix y, float alpha, float beta); \
     static void rmsnorm(const state& s, const_dmatrix x, const float* gain, dmatrix y, float eps); \
+    static index_t rmsnorm_backward_scratch(index_t rows, index_t cols); \
     static void rmsnorm_backward(const state& s, const_dmatrix x, const float* gain, const_dmatrix dy, dmatrix dx, float* dgain, \
                                  float eps, float* scratch); \
     static void rope(const state& s, dmatrix x, int groups, int heads_per_group, index_t group_stride, index_t head_dim, \
