@@ -243,7 +243,10 @@ void train_step(benchmark::State& state, bool uniform) {
         targets[i] = static_cast<int>((i * 71 + 3) % static_cast<std::size_t>(m.vocab()));
     }
     const vwt::train::token_batch batch{tokens, targets, train_sequences};
-    for (auto _ : state) benchmark::DoNotOptimize(vwt::train::loss_and_gradient(ctx, m, batch, ws, grads));
+    for (auto _ : state) {
+        benchmark::DoNotOptimize(vwt::train::loss_and_gradient(ctx, m, batch, ws, grads));
+        ctx.synchronize();  // the step's kernels are still queued when it returns
+    }
     const double flops = vwt::account(m.schedule(), {train_length}).train_flops_per_token * static_cast<double>(tokens.size());
     state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(tokens.size()), benchmark::Counter::kIsIterationInvariantRate);
     state.counters["TFLOP/s"] = benchmark::Counter(flops / 1e12, benchmark::Counter::kIsIterationInvariantRate);
