@@ -33,6 +33,7 @@ struct grid3 {
 
 #define VWT_KERNEL static
 #define VWT_DEVICE inline
+#define VWT_UNROLL
 
 namespace emu {
 
@@ -114,6 +115,11 @@ VWT_DEVICE double warp_sum(double v) {
 }
 // Every lane gets lane `from`'s value.
 VWT_DEVICE float warp_shuffle(float v, int from) { return static_cast<float>(emu::exchange(v)[from]); }
+// Every lane gets the value of lane (its own index xor mask).
+VWT_DEVICE float warp_shuffle_xor(float v, int mask) {
+    const unsigned me = emu::active->current;
+    return static_cast<float>(emu::exchange(v)[me ^ static_cast<unsigned>(mask)]);
+}
 VWT_DEVICE float warp_max(float v) {
     const double* all = emu::exchange(v);
     float m = static_cast<float>(all[0]);
@@ -170,6 +176,7 @@ launch_status launch(void (*kernel)(P...), grid3 grid, unsigned block, stream_t,
 
 #define VWT_KERNEL __global__
 #define VWT_DEVICE __device__ __forceinline__
+#define VWT_UNROLL _Pragma("unroll")
 
 VWT_DEVICE unsigned thread_x() { return threadIdx.x; }
 VWT_DEVICE unsigned block_dim_x() { return blockDim.x; }
@@ -187,6 +194,7 @@ VWT_DEVICE double warp_sum(double v) {
     return v;
 }
 VWT_DEVICE float warp_shuffle(float v, int from) { return __shfl_sync(0xffffffffu, v, from); }
+VWT_DEVICE float warp_shuffle_xor(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
 VWT_DEVICE float warp_max(float v) {
     for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
     return v;

@@ -148,13 +148,33 @@ VWT_KERNEL void embed_backward_kernel(const float* dx, index dxs, const int* ids
 
 // ---- one warp per row
 
-// y = x / sqrt(mean(x^2) + eps) * g
+// y = x / sqrt(mean(x^2) + eps) * g. Four columns per lane in flight (decode runs one row: one
+// warp, whose loads would otherwise wait one after another).
 VWT_KERNEL void rmsnorm_kernel(const float* x, index xs, const float* gain, float* y, index ys, index rows, index cols, float eps) {
     for (index r = first_warp(); r < rows; r += warp_count()) {
-        float sq = 0;
-        for (index c = lane(); c < cols; c += 32) sq += x[r * xs + c] * x[r * xs + c];
-        const float inv = 1.0f / sqrtf(warp_sum(sq) / static_cast<float>(cols) + eps);
-        for (index c = lane(); c < cols; c += 32) y[r * ys + c] = x[r * xs + c] * inv * gain[c];
+        const float* xr = x + r * xs;
+        float* yr = y + r * ys;
+        float sq[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        index c = lane();
+        for (; c + 96 < cols; c += 128) {
+            const float a = xr[c], b = xr[c + 32], e = xr[c + 64], f = xr[c + 96];
+            sq[0] += a * a;
+            sq[1] += b * b;
+            sq[2] += e * e;
+            sq[3] += f * f;
+        }
+        for (; c < cols; c += 32) sq[0] += xr[c] * xr[c];
+        const float inv = 1.0f / sqrtf(warp_sum((sq[0] + sq[1]) + (sq[2] + sq[3])) / static_cast<float>(cols) + eps);
+        c = lane();
+        for (; c + 96 < cols; c += 128) {
+            const float a = xr[c], b = xr[c + 32], e = xr[c + 64], f = xr[c + 96];
+            const float ga = gain[c], gb = gain[c + 32], ge = gain[c + 64], gf = gain[c + 96];
+            yr[c] = a * inv * ga;
+            yr[c + 32] = b * inv * gb;
+            yr[c + 64] = e * inv * ge;
+            yr[c + 96] = f * inv * gf;
+        }
+        for (; c < cols; c += 32) yr[c] = xr[c] * inv * gain[c];
     }
 }
 
@@ -247,31 +267,72 @@ VWT_KERNEL void rope_kernel(float* x, index xs, index rows, int groups, int head
     }
 }
 
-// ---- attention: one warp per (query row, head[, key split]) or (key row, kv head), keys (or
-// queries) 32 at a time, one per lane
+// ---- attention: one warp per (query row, head[, key split]) or (key row, kv head), over blocks of
+// 32 keys (or queries). Every load is a coalesced row: lane l holds dims l, l + 32, ... of a head
+// vector; the 32 dot products of a block are summed across the lanes together (31 shuffles), so
+// that lane l ends with row l's.
 
-// a . b over d dims, by one lane (four partial sums, for instruction-level parallelism).
-VWT_DEVICE float dot_row(const float* a, const float* b, index d) {
-    float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    index c = 0;
-    for (; c + 4 <= d; c += 4) {
-        s0 += a[c] * b[c];
-        s1 += a[c + 1] * b[c + 1];
-        s2 += a[c + 2] * b[c + 2];
-        s3 += a[c + 3] * b[c + 3];
+// Loads head vector dims lane + 32 j of row `p` (R registers), times `factor`; zero past d.
+template <int R>
+VWT_DEVICE void load_head(const float* p, index d, float factor, float (&to)[R]) {
+    VWT_UNROLL for (int j = 0; j < R; ++j) {
+        const index c = lane() + 32 * j;
+        to[j] = c < d ? p[c] * factor : 0.0f;
     }
-    for (; c < d; ++c) s0 += a[c] * b[c];
-    return (s0 + s1) + (s2 + s3);
+}
+
+// part[src] = this lane's share of a . rows[src] (0 for src >= n; n the same in every lane).
+template <int R>
+VWT_DEVICE void partial_dots(const float (&a)[R], const float* rows, index stride, index n, index d, float (&part)[32]) {
+    VWT_UNROLL for (int src = 0; src < 32; ++src) {
+        float sum = 0.0f;
+        if (src < n) {
+            const float* row = rows + src * stride;
+            VWT_UNROLL for (int j = 0; j < R; ++j) {
+                const index c = lane() + 32 * j;
+                if (c < d) sum += a[j] * row[c];
+            }
+        }
+        part[src] = sum;
+    }
+}
+
+// One halving step of transpose_sum: lanes with bit `half` set keep the upper half of their
+// values and send the lower half to their partner, which does the opposite.
+template <int half>
+VWT_DEVICE void transpose_sum_step(float (&part)[32]) {
+    const bool upper = (lane() & half) != 0;
+    VWT_UNROLL for (int i = 0; i < half; ++i) {
+        const float send = upper ? part[i] : part[i + half], keep = upper ? part[i + half] : part[i];
+        part[i] = keep + warp_shuffle_xor(send, half);
+    }
+}
+// Lane l gets the warp's sum of part[l] (every lane's 32 values are consumed).
+VWT_DEVICE float transpose_sum(float (&part)[32]) {
+    transpose_sum_step<16>(part);
+    transpose_sum_step<8>(part);
+    transpose_sum_step<4>(part);
+    transpose_sum_step<2>(part);
+    transpose_sum_step<1>(part);
+    return part[0];
+}
+
+// Lane l gets a . rows[l] for l < n (summed over the warp), 0 beyond.
+template <int R>
+VWT_DEVICE float block_dots(const float (&a)[R], const float* rows, index stride, index n, index d) {
+    float part[32];
+    partial_dots(a, rows, stride, n, d, part);
+    return transpose_sum(part);
 }
 
 // o[j] += sum_{src < n} w_src rows[src][lane + 32 j] over the dims below d, w_src being lane
-// src's `w` (n <= 32, the same in every lane): lane l keeps dims l, l + 32, ... of the sum.
+// src's `w` (n <= 32, the same in every lane).
 template <int R>
 VWT_DEVICE void accumulate_rows(float w, const float* rows, index stride, index n, index d, float (&o)[R]) {
     for (index src = 0; src < n; ++src) {
         const float ws = warp_shuffle(w, static_cast<int>(src));
         const float* row = rows + src * stride;
-        for (int j = 0; j < R; ++j) {
+        VWT_UNROLL for (int j = 0; j < R; ++j) {
             const index c = lane() + 32 * j;
             if (c < d) o[j] += ws * row[c];
         }
@@ -296,19 +357,19 @@ VWT_KERNEL void attention_kernel(const float* q, index qs, const float* k, index
         const index i = w / (static_cast<index>(splits) * heads);
         const index kv = static_cast<index>(h / group) * d, seen = past + i + 1;
         const index begin = split * chunk, end = begin + chunk < seen ? begin + chunk : seen;
-        const float* qi = q + i * qs + h * d;
-        float o[R];
+        float qr[R], o[R];
+        load_head(q + i * qs + h * d, d, scale, qr);
         for (int j = 0; j < R; ++j) o[j] = 0.0f;
         float m = -INFINITY, l = 0.0f;
         for (index t0 = begin; t0 < end; t0 += 32) {
-            const index t = t0 + lane();
-            const bool valid = t < end;
-            const float s = valid ? scale * dot_row(qi, k + t * ks + kv, d) : -INFINITY;
+            const index n = block_of_32(t0, end);
+            const bool valid = lane() < n;
+            const float dot = block_dots(qr, k + t0 * ks + kv, ks, n, d), s = valid ? dot : -INFINITY;
             const float m_new = fmaxf(m, warp_max(s));
             const float correction = expf(m - m_new), p = valid ? expf(s - m_new) : 0.0f;
             l = l * correction + warp_sum(p);
             for (int j = 0; j < R; ++j) o[j] *= correction;
-            accumulate_rows(p, v + t0 * vs + kv, vs, block_of_32(t0, end), d, o);
+            accumulate_rows(p, v + t0 * vs + kv, vs, n, d, o);
             m = m_new;
         }
         if (splits == 1) {
@@ -352,13 +413,15 @@ VWT_KERNEL void attention_stats_kernel(const float* q, index qs, const float* k,
         const index i = w / heads;
         const int h = static_cast<int>(w % heads);
         const index kv = static_cast<index>(h / group) * d;
-        const float *qi = q + i * qs + h * d, *doi = d_out + i * dos + h * d;
+        float qr[R], dor[R];
+        load_head(q + i * qs + h * d, d, scale, qr);
+        load_head(d_out + i * dos + h * d, d, 1.0f, dor);
         float m = -INFINITY, l = 0.0f, centre = 0.0f;
         for (index t0 = 0; t0 <= i; t0 += 32) {
-            const index t = t0 + lane();
-            const bool valid = t <= i;
-            const float s = valid ? scale * dot_row(qi, k + t * ks + kv, d) : -INFINITY;
-            const float dp = valid ? dot_row(doi, v + t * vs + kv, d) : 0.0f;
+            const index n = block_of_32(t0, i + 1);
+            const bool valid = lane() < n;
+            const float dot = block_dots(qr, k + t0 * ks + kv, ks, n, d), s = valid ? dot : -INFINITY;
+            const float dp = block_dots(dor, v + t0 * vs + kv, vs, n, d);
             const float m_new = fmaxf(m, warp_max(s));
             const float correction = expf(m - m_new), p = valid ? expf(s - m_new) : 0.0f;
             l = l * correction + warp_sum(p);
@@ -383,17 +446,15 @@ VWT_KERNEL void attention_dq_kernel(const float* q, index qs, const float* k, in
         const int h = static_cast<int>(w % heads);
         const index kv = static_cast<index>(h / group) * d;
         const float m = stats[w * 3], l = stats[w * 3 + 1], centre = stats[w * 3 + 2];
-        const float *qi = q + i * qs + h * d, *doi = d_out + i * dos + h * d;
-        float g[R];
+        float qr[R], dor[R], g[R];
+        load_head(q + i * qs + h * d, d, scale, qr);
+        load_head(d_out + i * dos + h * d, d, 1.0f, dor);
         for (int j = 0; j < R; ++j) g[j] = 0.0f;
         for (index t0 = 0; t0 <= i; t0 += 32) {
-            const index t = t0 + lane();
-            float ds = 0.0f;
-            if (t <= i) {
-                const float s = scale * dot_row(qi, k + t * ks + kv, d), dp = dot_row(doi, v + t * vs + kv, d);
-                ds = expf(s - m) / l * (dp - centre) * scale;
-            }
-            accumulate_rows(ds, k + t0 * ks + kv, ks, block_of_32(t0, i + 1), d, g);
+            const index n = block_of_32(t0, i + 1);
+            const float s = block_dots(qr, k + t0 * ks + kv, ks, n, d), dp = block_dots(dor, v + t0 * vs + kv, vs, n, d);
+            const float ds = lane() < n ? expf(s - m) / l * (dp - centre) * scale : 0.0f;
+            accumulate_rows(ds, k + t0 * ks + kv, ks, n, d, g);
         }
         for (int j = 0; j < R; ++j)
             if (lane() + 32 * j < d) dq[i * dqs + h * d + lane() + 32 * j] = g[j];
@@ -411,20 +472,20 @@ VWT_KERNEL void attention_dkdv_kernel(const float* q, index qs, const float* k, 
         const index t = w / kv_heads;
         const int g = static_cast<int>(w % kv_heads);
         const index kv = static_cast<index>(g) * d;
-        const float *kt = k + t * ks + kv, *vt = v + t * vs + kv;
-        float gk[R], gv[R];
+        float kr[R], vr[R], gk[R], gv[R];
+        load_head(k + t * ks + kv, d, scale, kr);
+        load_head(v + t * vs + kv, d, 1.0f, vr);
         for (int j = 0; j < R; ++j) gk[j] = gv[j] = 0.0f;
         for (int h = g * group; h < (g + 1) * group; ++h)
             for (index i0 = t; i0 < rows; i0 += 32) {
-                const index i = i0 + lane();
+                const index n = block_of_32(i0, rows);
+                const float s = block_dots(kr, q + i0 * qs + h * d, qs, n, d), dp = block_dots(vr, d_out + i0 * dos + h * d, dos, n, d);
                 float p = 0.0f, ds = 0.0f;
-                if (i < rows) {
-                    const float* stat = stats + (i * heads + h) * 3;
-                    const float s = scale * dot_row(q + i * qs + h * d, kt, d), dp = dot_row(d_out + i * dos + h * d, vt, d);
+                if (lane() < n) {
+                    const float* stat = stats + ((i0 + lane()) * heads + h) * 3;
                     p = expf(s - stat[0]) / stat[1];
                     ds = p * (dp - stat[2]) * scale;
                 }
-                const index n = block_of_32(i0, rows);
                 accumulate_rows(ds, q + i0 * qs + h * d, qs, n, d, gk);
                 accumulate_rows(p, d_out + i0 * dos + h * d, dos, n, d, gv);
             }
