@@ -442,3 +442,198 @@ TEMPLATE_TEST_CASE("cuda policy: a bad id or target is reported at the next wait
                                    big.view().as_matrix(2, 300).as_const(), big.view().as_matrix(1, 600), wide_heads, 1.0f, big.view()),
                       Catch::Contains("head dims up to 256"));
 }
+
+// ---- mixture of experts (the reference policy's ops against brute force written from
+// semantics.md section 6; the other policies against the reference as above)
+
+#if !defined(VWT_TEST_CUDA)
+namespace {
+
+// Top-k of each row by (logit descending, expert ascending) and the softmax over the chosen.
+struct brute_route {
+    std::vector<int> experts;
+    std::vector<double> weights;
+};
+brute_route route_by_sorting(const std::vector<double>& logits, index_t rows, index_t E, int k) {
+    brute_route out;
+    for (index_t r = 0; r < rows; ++r) {
+        std::vector<int> idx(static_cast<std::size_t>(E));
+        for (int e = 0; e < E; ++e) idx[static_cast<std::size_t>(e)] = e;
+        const auto z = [&](int e) { return logits[static_cast<std::size_t>(r * E + e)]; };
+        std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return z(a) > z(b); });
+        double top = z(idx[0]), sum = 0;
+        for (int s = 0; s < k; ++s) sum += std::exp(z(idx[static_cast<std::size_t>(s)]) - top);
+        for (int s = 0; s < k; ++s) {
+            out.experts.push_back(idx[static_cast<std::size_t>(s)]);
+            out.weights.push_back(std::exp(z(idx[static_cast<std::size_t>(s)]) - top) / sum);
+        }
+    }
+    return out;
+}
+
+template <class B>
+std::vector<int> ints_of(typename B::context ctx, vwt::vector_view<const int, typename B::memory> v) {
+    std::vector<int> host(static_cast<std::size_t>(v.size()));
+    B::download(ctx, v, std::span<int>(host));
+    return host;
+}
+
+}  // namespace
+
+TEST_CASE("moe ops: routing is the top k by logit (ties to the lower expert), a softmax over them, pairs sorted by expert") {
+    using P = oracle;
+    const P::context ctx{};
+    for (const auto& [rows, E, k] : std::vector<std::tuple<index_t, index_t, int>>{{1, 4, 1}, {9, 5, 2}, {33, 22, 3}, {7, 3, 3}}) {
+        INFO("rows " << rows << " experts " << E << " k " << k);
+        auto logits = values(rows * E, 31);
+        for (index_t r = 0; r < rows; r += 2) logits[static_cast<std::size_t>(r * E + E - 1)] = logits[static_cast<std::size_t>(r * E)];  // ties
+        on<P> L(ctx, logits, rows, E);
+        P::buffer<int> experts(rows * k), order(rows * k), offsets(E + 1);
+        on<P> W(ctx, std::vector<double>(static_cast<std::size_t>(rows * k)), rows * k, 1);
+        P::moe_route(ctx, L.m().as_const(), k, experts.view(), W.v(), order.view(), offsets.view());
+        const auto want = route_by_sorting(logits, rows, E, k);
+        CHECK(ints_of<P>(ctx, experts.view()) == want.experts);
+        same<P>(W.get(), want.weights);
+        const auto o = ints_of<P>(ctx, order.view()), off = ints_of<P>(ctx, offsets.view());
+        REQUIRE(off.front() == 0);
+        REQUIRE(off.back() == rows * k);
+        std::vector<int> seen;
+        for (index_t e = 0; e < E; ++e)
+            for (int j = off[static_cast<std::size_t>(e)]; j < off[static_cast<std::size_t>(e + 1)]; ++j) {
+                const int pair = o[static_cast<std::size_t>(j)];
+                CHECK(want.experts[static_cast<std::size_t>(pair)] == e);
+                if (j > off[static_cast<std::size_t>(e)]) CHECK(o[static_cast<std::size_t>(j - 1)] < pair);  // rows in order
+                seen.push_back(pair);
+            }
+        std::sort(seen.begin(), seen.end());
+        for (index_t pair = 0; pair < rows * k; ++pair) CHECK(seen[static_cast<std::size_t>(pair)] == pair);
+    }
+}
+
+TEST_CASE("moe ops: routing backward is the derivative of the chosen experts' softmax (finite differences)") {
+    using P = oracle;
+    const P::context ctx{};
+    const index_t rows = 6, E = 7;
+    const int k = 3;
+    const auto logits = values(rows * E, 41), d_w = values(rows * k, 42);
+    // f(logits) = sum d_w . weights(logits), experts held fixed (the top k do not change under a small step)
+    const auto f = [&](const std::vector<double>& z) {
+        const auto r = route_by_sorting(z, rows, E, k);
+        double sum = 0;
+        for (std::size_t i = 0; i < r.weights.size(); ++i) sum += d_w[i] * r.weights[i];
+        return sum;
+    };
+    on<P> L(ctx, logits, rows, E), dW(ctx, d_w, rows * k, 1), dL(ctx, values(rows * E, 43), rows, E);
+    P::buffer<int> experts(rows * k), order(rows * k), offsets(E + 1);
+    on<P> W(ctx, std::vector<double>(static_cast<std::size_t>(rows * k)), rows * k, 1);
+    P::moe_route(ctx, L.m().as_const(), k, experts.view(), W.v(), order.view(), offsets.view());
+    P::moe_route_backward(ctx, experts.view(), W.v(), dW.v(), dL.m());
+    const auto grad = dL.get();
+    for (std::size_t i = 0; i < logits.size(); ++i) {
+        auto up = logits, down = logits;
+        up[i] += 1e-6;
+        down[i] -= 1e-6;
+        CHECK(grad[i] == Approx((f(up) - f(down)) / 2e-6).margin(1e-7));
+    }
+}
+
+TEST_CASE("moe ops: gather, weighted scatter, pair dots and the grouped products against per-row sums") {
+    using P = oracle;
+    const P::context ctx{};
+    const index_t rows = 11, E = 4, w = 6, n = 5;
+    const int k = 2;
+    const auto logits = values(rows * E, 51);
+    on<P> L(ctx, logits, rows, E);
+    P::buffer<int> experts(rows * k), order(rows * k), offsets(E + 1);
+    on<P> W(ctx, std::vector<double>(static_cast<std::size_t>(rows * k)), rows * k, 1);
+    P::moe_route(ctx, L.m().as_const(), k, experts.view(), W.v(), order.view(), offsets.view());
+    const auto o = ints_of<P>(ctx, order.view()), ex = ints_of<P>(ctx, experts.view());
+    const auto weights = W.get();
+    const auto x = values(rows * w, 52), stacked = values(E * n * w, 53), y0 = values(rows * w, 54);
+    on<P> X(ctx, x, rows, w), S(ctx, std::vector<double>(static_cast<std::size_t>(rows * k * w)), rows * k, w);
+    P::gather_rows(ctx, X.m().as_const(), order.view(), k, S.m());
+    const auto gathered = S.get();
+    // grouped nt: row j of the result = gathered[j] . stacked[expert of pair j]^T
+    on<P> Wt(ctx, stacked, E * n, w, 1), Y(ctx, values(rows * k * n, 55), rows * k, n, 2);
+    P::grouped_matmul_nt(ctx, S.m().as_const(), offsets.view(), Wt.m().as_const(), Y.m(), 0.5, 0.0);
+    // grouped nn back: z_j = y_j . stacked_e (n x w)
+    on<P> Z(ctx, values(rows * k * w, 56), rows * k, w);
+    P::grouped_matmul_nn(ctx, Y.m().as_const(), offsets.view(), Wt.m().as_const(), Z.m(), 1.0, 0.0);
+    // grouped tn: per expert, sum over its pairs of y_j^T gathered_j (n x w), stacked like the weights
+    on<P> G(ctx, values(E * n * w, 57), E * n, w);
+    P::grouped_matmul_tn(ctx, Y.m().as_const(), S.m().as_const(), offsets.view(), G.m(), 1.0, 1.0);
+    // scatter: y0[row] += 2 weight * z_j; pair dots: z_j . x[row]
+    on<P> Y0(ctx, y0, rows, w), D(ctx, std::vector<double>(static_cast<std::size_t>(rows * k)), rows * k, 1);
+    P::scatter_add_rows(ctx, Z.m().as_const(), order.view(), k, W.v(), Y0.m(), 2.0);
+    P::pair_dots(ctx, Z.m().as_const(), order.view(), k, X.m().as_const(), D.v());
+
+    std::vector<double> y(static_cast<std::size_t>(rows * k * n)), z(static_cast<std::size_t>(rows * k * w)), g = values(E * n * w, 57);
+    std::vector<double> scattered = y0, dots(static_cast<std::size_t>(rows * k));
+    for (index_t j = 0; j < rows * k; ++j) {
+        const index_t pair = o[static_cast<std::size_t>(j)], r = pair / k, e = ex[static_cast<std::size_t>(pair)];
+        for (index_t c = 0; c < w; ++c) CHECK(gathered[static_cast<std::size_t>(j * w + c)] == x[static_cast<std::size_t>(r * w + c)]);
+        for (index_t i = 0; i < n; ++i) {
+            double s = 0;
+            for (index_t c = 0; c < w; ++c) s += x[static_cast<std::size_t>(r * w + c)] * stacked[static_cast<std::size_t>((e * n + i) * w + c)];
+            y[static_cast<std::size_t>(j * n + i)] = 0.5 * s;
+        }
+        for (index_t c = 0; c < w; ++c) {
+            double s = 0;
+            for (index_t i = 0; i < n; ++i) s += y[static_cast<std::size_t>(j * n + i)] * stacked[static_cast<std::size_t>((e * n + i) * w + c)];
+            z[static_cast<std::size_t>(j * w + c)] = s;
+        }
+        for (index_t i = 0; i < n; ++i)
+            for (index_t c = 0; c < w; ++c)
+                g[static_cast<std::size_t>((e * n + i) * w + c)] += y[static_cast<std::size_t>(j * n + i)] * x[static_cast<std::size_t>(r * w + c)];
+        double dot = 0;
+        for (index_t c = 0; c < w; ++c) {
+            scattered[static_cast<std::size_t>(r * w + c)] += 2.0 * weights[static_cast<std::size_t>(pair)] * z[static_cast<std::size_t>(j * w + c)];
+            dot += z[static_cast<std::size_t>(j * w + c)] * x[static_cast<std::size_t>(r * w + c)];
+        }
+        dots[static_cast<std::size_t>(pair)] = dot;
+    }
+    same<P>(Y.get(), y);
+    same<P>(Z.get(), z);
+    same<P>(G.get(), g);
+    same<P>(Y0.get(), scattered);
+    same<P>(D.get(), dots);
+}
+TEMPLATE_TEST_CASE("moe ops: every policy with them against the reference", "[ops]", vwt::cpu::backend<float>, vwt::cpu::backend<double>,
+                   vwt::reference::backend<float>) {
+    for (const auto& [rows, E, k] : std::vector<std::tuple<index_t, index_t, int>>{{1, 4, 1}, {13, 6, 2}, {40, 22, 3}})
+        for (const int threads : {1, 2}) {
+            INFO("rows " << rows << " experts " << E << " k " << k << " threads " << threads);
+            const index_t w = 10, n = 7;
+            auto logits = values(rows * E, 61);
+            for (index_t r = 0; r < rows; r += 3) logits[static_cast<std::size_t>(r * E + 1)] = logits[static_cast<std::size_t>(r * E)];  // ties
+            against_oracle<TestType>(
+                [&]<class P>(typename P::context ctx) {
+                    on<P> L(ctx, logits, rows, E), X(ctx, values(rows * w, 62), rows, w), Wt(ctx, values(E * n * w, 63), E * n, w, 3);
+                    typename P::template buffer<int> experts(rows * k), order(rows * k), offsets(E + 1);
+                    on<P> W(ctx, std::vector<double>(static_cast<std::size_t>(rows * k)), rows * k, 1);
+                    P::moe_route(ctx, L.m().as_const(), k, experts.view(), W.v(), order.view(), offsets.view());
+                    on<P> S(ctx, values(rows * k * w, 64), rows * k, w), Y(ctx, values(rows * k * n, 65), rows * k, n, 1);
+                    P::gather_rows(ctx, X.m().as_const(), order.view(), k, S.m());
+                    P::grouped_matmul_nt(ctx, S.m().as_const(), offsets.view(), Wt.m().as_const(), Y.m(), 0.5, 0.25);
+                    on<P> Z(ctx, values(rows * k * w, 66), rows * k, w), G(ctx, values(E * n * w, 67), E * n, w);
+                    P::grouped_matmul_nn(ctx, Y.m().as_const(), offsets.view(), Wt.m().as_const(), Z.m(), 1.0, 0.0);
+                    P::grouped_matmul_tn(ctx, Y.m().as_const(), S.m().as_const(), offsets.view(), G.m(), 1.0, 0.5);
+                    on<P> Out(ctx, values(rows * w, 68), rows, w), D(ctx, values(rows * k, 69), rows * k, 1);
+                    P::scatter_add_rows(ctx, Z.m().as_const(), order.view(), k, W.v(), Out.m(), 0.75);
+                    P::pair_dots(ctx, Z.m().as_const(), order.view(), k, X.m().as_const(), D.v());
+                    on<P> dL(ctx, values(rows * E, 70), rows, E);
+                    P::moe_route_backward(ctx, experts.view(), W.v(), D.v(), dL.m());
+                    outputs out{W.get(), Y.get(), Z.get(), G.get(), Out.get(), D.get(), dL.get()};
+                    for (const auto* ints : {&experts, &order, &offsets}) {
+                        const auto host = ints_of<P>(ctx, ints->view());
+                        out.emplace_back(host.begin(), host.end());
+                    }
+                    return out;
+                },
+                threads);
+        }
+}
+#endif
+
+static_assert(vwt::moe_backend_policy<vwt::reference::backend<double>> && vwt::moe_backend_policy<vwt::cpu::backend<float>> &&
+              vwt::moe_backend_policy<vwt::cpu::backend<float, vwt::bf16>> && vwt::moe_backend_policy<vwt::cpu::backend<float, vwt::q8_block>>);

@@ -109,4 +109,33 @@ concept backend_policy =
     };
 // clang-format on
 
+// A policy that runs mixture-of-experts MLPs (layers/moe.hpp) adds: routing (top-k of the router
+// logits, ties to the lower expert, a softmax over the chosen, and the (row, slot) pairs sorted by
+// expert: order and offsets), its backward, row gathers and weighted scatters between tokens and
+// pairs, per-pair dot products, and products grouped by expert over weights stacked on a leading
+// expert axis. The contracts are written out in reference/backend.hpp.
+// clang-format off
+template <class B>
+concept moe_backend_policy =
+    backend_policy<B> &&
+    requires(const typename B::context& ctx,
+             matrix_view<typename B::compute_type, typename B::memory> m,
+             matrix_view<const typename B::compute_type, typename B::memory> cm,
+             matrix_view<const typename B::weight_type, typename B::memory> w,
+             vector_view<typename B::compute_type, typename B::memory> v,
+             vector_view<const typename B::compute_type, typename B::memory> cv,
+             vector_view<int, typename B::memory> iv,
+             vector_view<const int, typename B::memory> civ,
+             typename B::compute_type s, int k) {
+        B::moe_route(ctx, cm, k, iv, v, iv, iv);
+        B::moe_route_backward(ctx, civ, cv, cv, m);
+        B::gather_rows(ctx, cm, civ, k, m);
+        B::scatter_add_rows(ctx, cm, civ, k, cv, m, s);
+        B::pair_dots(ctx, cm, civ, k, cm, v);
+        B::grouped_matmul_nt(ctx, cm, civ, w, m, s, s);
+        B::grouped_matmul_nn(ctx, cm, civ, w, m, s, s);
+        B::grouped_matmul_tn(ctx, cm, cm, civ, m, s, s);
+    };
+// clang-format on
+
 }  // namespace vwt

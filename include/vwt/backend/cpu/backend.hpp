@@ -458,6 +458,102 @@ struct backend {
         });
     }
 
+    // ---- mixture of experts: the reference policy's contracts (reference/backend.hpp). Routing,
+    // gathers and scatters run serially in pair order (a small share of an MoE layer's work; every
+    // result repeats exactly); the grouped products are this policy's threaded products per expert.
+    static void moe_route(const context&, mat<const T> logits, int k, vec<int> experts, vec<T> weights, vec<int> order, vec<int> offsets) {
+        const index_t R = logits.rows(), E = logits.cols();
+        if (k < 1 || k > E || experts.size() != R * k || weights.size() != R * k || order.size() != R * k || offsets.size() != E + 1)
+            vwt::detail::fail("cpu backend: moe_route: shapes (", R, " rows, ", E, " experts, k ", k, ")");
+        for (index_t r = 0; r < R; ++r) {
+            const T* z = logits.row(r);
+            int* chosen = experts.data() + r * k;
+            for (int slot = 0; slot < k; ++slot) {  // k is small (1..8): selection by k passes
+                index_t best = -1;
+                for (index_t e = 0; e < E; ++e)
+                    if ((best < 0 || z[e] > z[best]) && std::find(chosen, chosen + slot, int(e)) == chosen + slot) best = e;
+                chosen[slot] = int(best);
+            }
+            const double top = double(z[chosen[0]]);
+            double sum = 0;
+            for (int slot = 0; slot < k; ++slot) sum += std::exp(double(z[chosen[slot]]) - top);
+            for (int slot = 0; slot < k; ++slot) weights[r * k + slot] = T(std::exp(double(z[chosen[slot]]) - top) / sum);
+        }
+        // counting sort of the pairs by expert, stable
+        std::fill(offsets.data(), offsets.data() + E + 1, 0);
+        for (index_t pair = 0; pair < R * k; ++pair) ++offsets[experts[pair] + 1];
+        for (index_t e = 0; e < E; ++e) offsets[e + 1] += offsets[e];
+        for (index_t pair = 0; pair < R * k; ++pair) order[offsets[experts[pair]]++] = int(pair);
+        for (index_t e = E; e > 0; --e) offsets[e] = offsets[e - 1];  // each cursor ended at the next expert's start
+        offsets[0] = 0;
+    }
+    static void moe_route_backward(const context&, vec<const int> experts, vec<const T> weights, vec<const T> d_weights, mat<T> d_logits) {
+        const index_t R = d_logits.rows(), E = d_logits.cols(), k = R > 0 ? experts.size() / R : 0;
+        check_size(R * k, experts.size(), "moe_route_backward: experts");
+        check_size(R * k, weights.size(), "moe_route_backward: weights");
+        check_size(R * k, d_weights.size(), "moe_route_backward: weight gradients");
+        for (index_t r = 0; r < R; ++r) {
+            double centre = 0;
+            for (index_t s = 0; s < k; ++s) centre += double(weights[r * k + s]) * double(d_weights[r * k + s]);
+            std::fill(d_logits.row(r), d_logits.row(r) + E, T(0));
+            for (index_t s = 0; s < k; ++s) {
+                const int e = experts[r * k + s];
+                if (e < 0 || e >= E) vwt::detail::fail("cpu backend: moe_route_backward: expert ", e, " outside 0..", E - 1);
+                d_logits(r, e) = T(double(weights[r * k + s]) * (double(d_weights[r * k + s]) - centre));
+            }
+        }
+    }
+    static void gather_rows(const context&, mat<const T> x, vec<const int> order, int k, mat<T> out) {
+        check_size(order.size(), out.rows(), "gather_rows: rows");
+        check_size(x.cols(), out.cols(), "gather_rows: columns");
+        for (index_t j = 0; j < out.rows(); ++j) std::copy_n(x.row(pair_row(order[j], k, x.rows(), "gather_rows")), x.cols(), out.row(j));
+    }
+    static void scatter_add_rows(const context&, mat<const T> x, vec<const int> order, int k, vec<const T> weights, mat<T> y, T alpha) {
+        check_size(order.size(), x.rows(), "scatter_add_rows: rows");
+        check_size(y.cols(), x.cols(), "scatter_add_rows: columns");
+        if (!weights.empty()) check_size(order.size(), weights.size(), "scatter_add_rows: weights");
+        for (index_t j = 0; j < x.rows(); ++j) {
+            const T f = alpha * (weights.empty() ? T(1) : weights[order[j]]);
+            T* to = y.row(pair_row(order[j], k, y.rows(), "scatter_add_rows"));
+            const T* from = x.row(j);
+            for (index_t c = 0; c < x.cols(); ++c) to[c] += f * from[c];
+        }
+    }
+    static void pair_dots(const context&, mat<const T> x, vec<const int> order, int k, mat<const T> y, vec<T> out) {
+        check_size(order.size(), x.rows(), "pair_dots: rows");
+        check_size(order.size(), out.size(), "pair_dots: output");
+        check_size(y.cols(), x.cols(), "pair_dots: columns");
+        for (index_t j = 0; j < x.rows(); ++j) {
+            const T* a = x.row(j);
+            const T* b = y.row(pair_row(order[j], k, y.rows(), "pair_dots"));
+            T dot = 0;
+            for (index_t c = 0; c < x.cols(); ++c) dot += a[c] * b[c];
+            out[order[j]] = dot;
+        }
+    }
+    static void grouped_matmul_nt(const context& ctx, mat<const T> x, vec<const int> offsets, mat<const Weight> w, mat<T> y, T alpha = T(1),
+                                  T beta = T(0)) {
+        for_each_expert(offsets, x.rows(), w.rows(), y.cols(), "grouped_matmul_nt", [&](index_t e, index_t begin, index_t end, index_t n) {
+            if (begin < end) matmul_nt(ctx, x.rows_range(begin, end), w.rows_range(e * n, (e + 1) * n), y.rows_range(begin, end), alpha, beta);
+        });
+    }
+    static void grouped_matmul_nn(const context& ctx, mat<const T> x, vec<const int> offsets, mat<const Weight> w, mat<T> y, T alpha = T(1),
+                                  T beta = T(0)) {
+        for_each_expert(offsets, x.rows(), w.rows(), x.cols(), "grouped_matmul_nn", [&](index_t e, index_t begin, index_t end, index_t n) {
+            if (begin < end) matmul_nn(ctx, x.rows_range(begin, end), w.rows_range(e * n, (e + 1) * n), y.rows_range(begin, end), alpha, beta);
+        });
+    }
+    static void grouped_matmul_tn(const context& ctx, mat<const T> a, mat<const T> b, vec<const int> offsets, mat<T> y, T alpha = T(1),
+                                  T beta = T(0)) {
+        check_size(a.rows(), b.rows(), "grouped_matmul_tn: rows");
+        for_each_expert(offsets, a.rows(), y.rows(), a.cols(), "grouped_matmul_tn", [&](index_t e, index_t begin, index_t end, index_t n) {
+            const auto y_e = y.rows_range(e * n, (e + 1) * n);
+            if (begin < end) return matmul_tn(ctx, a.rows_range(begin, end), b.rows_range(begin, end), y_e, alpha, beta);
+            for (index_t r = 0; r < n; ++r)  // an expert without tokens: its product is 0
+                for (index_t c = 0; c < y_e.cols(); ++c) y_e(r, c) = beta == T(0) ? T(0) : beta * y_e(r, c);
+        });
+    }
+
     // ---- SwiGLU: out[:, j] = u[:, j] * silu(g[:, j]); split: u is the first `inter` columns of
     // fused, g the next `inter`; interleaved: u_j and g_j are columns 2j and 2j + 1.
     static void swiglu(const context& ctx, mat<const T> fused, mat<T> out, index_t inter, swiglu_layout layout) {
@@ -753,6 +849,23 @@ private:
     }
     static int backward_threads(const context& ctx, index_t rows) {
         return std::max(1, std::min<int>(ctx.threads, static_cast<int>((rows + 15) / 16)));
+    }
+    // The token row of a (row, slot) pair, checked against the rows there are.
+    static index_t pair_row(int pair, int k, index_t rows, const char* op) {
+        if (pair < 0 || k < 1 || pair / k >= rows) vwt::detail::fail("cpu backend: ", op, ": pair ", pair, " outside ", rows, " rows of ", k);
+        return pair / k;
+    }
+    // f(e, begin, end, n) per expert of the offsets (E + 1, ascending, from 0 to rows); n =
+    // stacked_rows / E, the rows of one expert's matrix.
+    template <class F>
+    static void for_each_expert(vec<const int> offsets, index_t rows, index_t stacked_rows, index_t n, const char* op, F f) {
+        const index_t E = offsets.size() - 1;
+        if (E < 1 || stacked_rows != E * n) vwt::detail::fail("cpu backend: ", op, ": stacked weights of ", stacked_rows, " rows are not ", E, " experts x ", n);
+        if (offsets[0] != 0 || offsets[E] != rows) vwt::detail::fail("cpu backend: ", op, ": the expert offsets do not cover the ", rows, " rows");
+        for (index_t e = 0; e < E; ++e) {
+            if (offsets[e] > offsets[e + 1]) vwt::detail::fail("cpu backend: ", op, ": the expert offsets are not ascending");
+            f(e, index_t(offsets[e]), index_t(offsets[e + 1]), n);
+        }
     }
     static void check_size(index_t need, index_t have, const char* what, bool at_least = false) {
         if (at_least ? have < need : have != need)

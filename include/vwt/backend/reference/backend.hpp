@@ -233,6 +233,112 @@ struct backend {
             }
     }
 
+    // ---- mixture of experts (semantics.md section 6)
+
+    // Per row of router logits [R x E]: its k experts, the largest logits with ties to the lower
+    // expert index, and their weights, a softmax over the k chosen logits; then the R k (row, slot)
+    // pairs sorted by expert, rows in order within an expert: order[j] = row * k + slot of the
+    // j-th pair, offsets[e] its first j for expert e, offsets[E] = R k.
+    static void moe_route(const context&, mat<const T> logits, int k, vec<int> experts, vec<T> weights, vec<int> order,
+                          vec<int> offsets) {
+        const index_t R = logits.rows(), E = logits.cols();
+        require(k >= 1 && k <= E && experts.size() == R * k && weights.size() == R * k && order.size() == R * k && offsets.size() == E + 1,
+                "moe_route: shapes");
+        for (index_t r = 0; r < R; ++r) {
+            std::vector<bool> taken(std::size_t(E), false);
+            double top = -std::numeric_limits<double>::infinity();
+            for (int slot = 0; slot < k; ++slot) {
+                index_t best = -1;
+                for (index_t e = 0; e < E; ++e)
+                    if (!taken[std::size_t(e)] && (best < 0 || double(at(logits, r, e)) > double(at(logits, r, best)))) best = e;
+                taken[std::size_t(best)] = true;
+                ptr(experts)[r * k + slot] = int(best);
+                top = std::max(top, double(at(logits, r, best)));
+            }
+            double z = 0;
+            for (int slot = 0; slot < k; ++slot) z += std::exp(double(at(logits, r, ptr(experts)[r * k + slot])) - top);
+            for (int slot = 0; slot < k; ++slot)
+                ptr(weights)[r * k + slot] = T(std::exp(double(at(logits, r, ptr(experts)[r * k + slot])) - top) / z);
+        }
+        index_t j = 0;
+        for (index_t e = 0; e < E; ++e) {
+            ptr(offsets)[e] = int(j);
+            for (index_t pair = 0; pair < R * k; ++pair)
+                if (ptr(experts)[pair] == e) ptr(order)[j++] = int(pair);
+        }
+        ptr(offsets)[E] = int(j);
+    }
+    // The gradient of moe_route's weights with respect to the logits: for the chosen experts of a
+    // row, d_logit = w (d_w - sum_s w_s d_w_s) (the softmax over the chosen ones), 0 elsewhere.
+    static void moe_route_backward(const context&, vec<const int> experts, vec<const T> weights, vec<const T> d_weights, mat<T> d_logits) {
+        const index_t R = d_logits.rows(), E = d_logits.cols(), k = R > 0 ? experts.size() / R : 0;
+        require(experts.size() == R * k && weights.size() == R * k && d_weights.size() == R * k, "moe_route_backward: shapes");
+        for (index_t r = 0; r < R; ++r) {
+            double centre = 0;
+            for (index_t s = 0; s < k; ++s) centre += double(ptr(weights)[r * k + s]) * double(ptr(d_weights)[r * k + s]);
+            for (index_t e = 0; e < E; ++e) at(d_logits, r, e) = T(0);
+            for (index_t s = 0; s < k; ++s) {
+                const int e = ptr(experts)[r * k + s];
+                require(e >= 0 && e < E, "moe_route_backward: expert outside the router");
+                at(d_logits, r, e) = T(double(ptr(weights)[r * k + s]) * (double(ptr(d_weights)[r * k + s]) - centre));
+            }
+        }
+    }
+    // out[j] = x[order[j] / k]: the rows of the pairs, in expert order.
+    static void gather_rows(const context&, mat<const T> x, vec<const int> order, int k, mat<T> out) {
+        require(out.rows() == order.size() && out.cols() == x.cols() && k >= 1, "gather_rows: shapes");
+        for (index_t j = 0; j < out.rows(); ++j) {
+            const index_t r = ptr(order)[j] / k;
+            require(ptr(order)[j] >= 0 && r < x.rows(), "gather_rows: pair outside the rows");
+            for (index_t c = 0; c < x.cols(); ++c) at(out, j, c) = at(x, r, c);
+        }
+    }
+    // y[order[j] / k] += alpha * weights[order[j]] * x[j] (weights empty: 1), pairs in order.
+    static void scatter_add_rows(const context&, mat<const T> x, vec<const int> order, int k, vec<const T> weights, mat<T> y, T alpha) {
+        require(x.rows() == order.size() && x.cols() == y.cols() && k >= 1 && (weights.empty() || weights.size() == order.size()),
+                "scatter_add_rows: shapes");
+        for (index_t j = 0; j < x.rows(); ++j) {
+            const index_t pair = ptr(order)[j], r = pair / k;
+            require(pair >= 0 && r < y.rows(), "scatter_add_rows: pair outside the rows");
+            const double f = double(alpha) * (weights.empty() ? 1.0 : double(ptr(weights)[pair]));
+            for (index_t c = 0; c < x.cols(); ++c) at(y, r, c) = T(double(at(y, r, c)) + f * double(at(x, j, c)));
+        }
+    }
+    // out[order[j]] = x[j] . y[order[j] / k]: per pair, a row of x against its token's row of y.
+    static void pair_dots(const context&, mat<const T> x, vec<const int> order, int k, mat<const T> y, vec<T> out) {
+        require(x.rows() == order.size() && x.cols() == y.cols() && out.size() == order.size() && k >= 1, "pair_dots: shapes");
+        for (index_t j = 0; j < x.rows(); ++j) {
+            const index_t pair = ptr(order)[j];
+            double dot = 0;
+            for (index_t c = 0; c < x.cols(); ++c) dot += double(at(x, j, c)) * double(at(y, pair / k, c));
+            ptr(out)[pair] = T(dot);
+        }
+    }
+    // Per expert e, over its rows [offsets[e], offsets[e+1]) of x and y, with w stacked on a
+    // leading expert axis (expert e's matrix is rows [e n, (e+1) n) of w):
+    //   grouped_matmul_nt: y_e = alpha x_e w_e^T + beta y_e   (n = y.cols())
+    //   grouped_matmul_nn: y_e = alpha x_e w_e + beta y_e     (n = x.cols())
+    //   grouped_matmul_tn: w_e = alpha a_e^T b_e + beta w_e, into y stacked like w (n = a.cols())
+    static void grouped_matmul_nt(const context& ctx, mat<const T> x, vec<const int> offsets, mat<const Weight> w, mat<T> y, T alpha = T(1),
+                                  T beta = T(0)) {
+        for_each_expert(offsets, x.rows(), w.rows(), y.cols(), "grouped_matmul_nt", [&](index_t e, index_t begin, index_t end, index_t n) {
+            matmul_nt(ctx, x.rows_range(begin, end), w.rows_range(e * n, (e + 1) * n), y.rows_range(begin, end), alpha, beta);
+        });
+    }
+    static void grouped_matmul_nn(const context& ctx, mat<const T> x, vec<const int> offsets, mat<const Weight> w, mat<T> y, T alpha = T(1),
+                                  T beta = T(0)) {
+        for_each_expert(offsets, x.rows(), w.rows(), x.cols(), "grouped_matmul_nn", [&](index_t e, index_t begin, index_t end, index_t n) {
+            matmul_nn(ctx, x.rows_range(begin, end), w.rows_range(e * n, (e + 1) * n), y.rows_range(begin, end), alpha, beta);
+        });
+    }
+    static void grouped_matmul_tn(const context& ctx, mat<const T> a, mat<const T> b, vec<const int> offsets, mat<T> y, T alpha = T(1),
+                                  T beta = T(0)) {
+        require(b.rows() == a.rows(), "grouped_matmul_tn: shapes");
+        for_each_expert(offsets, a.rows(), y.rows(), a.cols(), "grouped_matmul_tn", [&](index_t e, index_t begin, index_t end, index_t n) {
+            matmul_tn(ctx, a.rows_range(begin, end), b.rows_range(begin, end), y.rows_range(e * n, (e + 1) * n), alpha, beta);
+        });
+    }
+
     // out_j = u_j * g_j * sigmoid(g_j)
     static void swiglu(const context&, mat<const T> fused, mat<T> out, index_t inter, swiglu_layout layout) {
         for (index_t r = 0; r < fused.rows(); ++r)
@@ -325,6 +431,18 @@ struct backend {
     }
 
 private:
+    // f(e, begin, end, n) for each expert of the offsets (E + 1 of them, ascending, ending at rows),
+    // n = stacked_rows / E the rows of one expert's matrix.
+    template <class F>
+    static void for_each_expert(vec<const int> offsets, index_t rows, index_t stacked_rows, index_t n, const char* op, F f) {
+        const index_t E = offsets.size() - 1;
+        if (E < 1 || stacked_rows != E * n) detail::fail(op, ": stacked weights of ", stacked_rows, " rows are not ", E, " experts x ", n);
+        if (ptr(offsets)[0] != 0 || ptr(offsets)[E] != rows) detail::fail(op, ": the expert offsets do not cover the ", rows, " rows");
+        for (index_t e = 0; e < E; ++e) {
+            if (ptr(offsets)[e] > ptr(offsets)[e + 1]) detail::fail(op, ": the expert offsets are not ascending");
+            f(e, index_t(ptr(offsets)[e]), index_t(ptr(offsets)[e + 1]), n);
+        }
+    }
     static void require(bool ok, const char* what) {
         if (!ok) vwt::detail::fail("reference backend: ", what);
     }
