@@ -551,8 +551,11 @@ TEST_CASE("moe ops: gather, weighted scatter, pair dots and the grouped products
     const auto weights = W.get();
     const auto x = values(rows * w, 52), stacked = values(E * n * w, 53), y0 = values(rows * w, 54);
     on<P> X(ctx, x, rows, w), S(ctx, std::vector<double>(static_cast<std::size_t>(rows * k * w)), rows * k, w);
-    P::gather_rows(ctx, X.m().as_const(), order.view(), k, S.m());
+    P::gather_rows(ctx, X.m().as_const(), order.view(), k, {}, 1.0, S.m());
     const auto gathered = S.get();
+    on<P> S2(ctx, std::vector<double>(static_cast<std::size_t>(rows * k * w)), rows * k, w);
+    P::gather_rows(ctx, X.m().as_const(), order.view(), k, W.v(), -2.0, S2.m());
+    const auto weighted = S2.get();
     // grouped nt: row j of the result = gathered[j] . stacked[expert of pair j]^T
     on<P> Wt(ctx, stacked, E * n, w, 1), Y(ctx, values(rows * k * n, 55), rows * k, n, 2);
     P::grouped_matmul_nt(ctx, S.m().as_const(), offsets.view(), Wt.m().as_const(), Y.m(), 0.5, 0.0);
@@ -571,7 +574,11 @@ TEST_CASE("moe ops: gather, weighted scatter, pair dots and the grouped products
     std::vector<double> scattered = y0, dots(static_cast<std::size_t>(rows * k));
     for (index_t j = 0; j < rows * k; ++j) {
         const index_t pair = o[static_cast<std::size_t>(j)], r = pair / k, e = ex[static_cast<std::size_t>(pair)];
-        for (index_t c = 0; c < w; ++c) CHECK(gathered[static_cast<std::size_t>(j * w + c)] == x[static_cast<std::size_t>(r * w + c)]);
+        for (index_t c = 0; c < w; ++c) {
+            CHECK(gathered[static_cast<std::size_t>(j * w + c)] == x[static_cast<std::size_t>(r * w + c)]);
+            CHECK(weighted[static_cast<std::size_t>(j * w + c)] ==
+                  Approx(-2.0 * weights[static_cast<std::size_t>(pair)] * x[static_cast<std::size_t>(r * w + c)]));
+        }
         for (index_t i = 0; i < n; ++i) {
             double s = 0;
             for (index_t c = 0; c < w; ++c) s += x[static_cast<std::size_t>(r * w + c)] * stacked[static_cast<std::size_t>((e * n + i) * w + c)];
@@ -613,7 +620,7 @@ TEMPLATE_TEST_CASE("moe ops: every policy with them against the reference", "[op
                     on<P> W(ctx, std::vector<double>(static_cast<std::size_t>(rows * k)), rows * k, 1);
                     P::moe_route(ctx, L.m().as_const(), k, experts.view(), W.v(), order.view(), offsets.view());
                     on<P> S(ctx, values(rows * k * w, 64), rows * k, w), Y(ctx, values(rows * k * n, 65), rows * k, n, 1);
-                    P::gather_rows(ctx, X.m().as_const(), order.view(), k, S.m());
+                    P::gather_rows(ctx, X.m().as_const(), order.view(), k, W.v(), 1.5, S.m());
                     P::grouped_matmul_nt(ctx, S.m().as_const(), offsets.view(), Wt.m().as_const(), Y.m(), 0.5, 0.25);
                     on<P> Z(ctx, values(rows * k * w, 66), rows * k, w), G(ctx, values(E * n * w, 67), E * n, w);
                     P::grouped_matmul_nn(ctx, Y.m().as_const(), offsets.view(), Wt.m().as_const(), Z.m(), 1.0, 0.0);

@@ -129,7 +129,7 @@ concept moe_backend_policy =
              typename B::compute_type s, int k) {
         B::moe_route(ctx, cm, k, iv, v, iv, iv);
         B::moe_route_backward(ctx, civ, cv, cv, m);
-        B::gather_rows(ctx, cm, civ, k, m);
+        B::gather_rows(ctx, cm, civ, k, cv, s, m);
         B::scatter_add_rows(ctx, cm, civ, k, cv, m, s);
         B::pair_dots(ctx, cm, civ, k, cm, v);
         B::grouped_matmul_nt(ctx, cm, civ, w, m, s, s);

@@ -503,10 +503,16 @@ struct backend {
             }
         }
     }
-    static void gather_rows(const context&, mat<const T> x, vec<const int> order, int k, mat<T> out) {
+    static void gather_rows(const context&, mat<const T> x, vec<const int> order, int k, vec<const T> weights, T alpha, mat<T> out) {
         check_size(order.size(), out.rows(), "gather_rows: rows");
         check_size(x.cols(), out.cols(), "gather_rows: columns");
-        for (index_t j = 0; j < out.rows(); ++j) std::copy_n(x.row(pair_row(order[j], k, x.rows(), "gather_rows")), x.cols(), out.row(j));
+        if (!weights.empty()) check_size(order.size(), weights.size(), "gather_rows: weights");
+        for (index_t j = 0; j < out.rows(); ++j) {
+            const T f = alpha * (weights.empty() ? T(1) : weights[order[j]]);
+            const T* from = x.row(pair_row(order[j], k, x.rows(), "gather_rows"));
+            T* to = out.row(j);
+            for (index_t c = 0; c < x.cols(); ++c) to[c] = f * from[c];
+        }
     }
     static void scatter_add_rows(const context&, mat<const T> x, vec<const int> order, int k, vec<const T> weights, mat<T> y, T alpha) {
         check_size(order.size(), x.rows(), "scatter_add_rows: rows");

@@ -284,13 +284,16 @@ struct backend {
             }
         }
     }
-    // out[j] = x[order[j] / k]: the rows of the pairs, in expert order.
-    static void gather_rows(const context&, mat<const T> x, vec<const int> order, int k, mat<T> out) {
-        require(out.rows() == order.size() && out.cols() == x.cols() && k >= 1, "gather_rows: shapes");
+    // out[j] = alpha * weights[order[j]] * x[order[j] / k] (weights empty: 1): the rows of the
+    // pairs, in expert order.
+    static void gather_rows(const context&, mat<const T> x, vec<const int> order, int k, vec<const T> weights, T alpha, mat<T> out) {
+        require(out.rows() == order.size() && out.cols() == x.cols() && k >= 1 && (weights.empty() || weights.size() == order.size()),
+                "gather_rows: shapes");
         for (index_t j = 0; j < out.rows(); ++j) {
-            const index_t r = ptr(order)[j] / k;
-            require(ptr(order)[j] >= 0 && r < x.rows(), "gather_rows: pair outside the rows");
-            for (index_t c = 0; c < x.cols(); ++c) at(out, j, c) = at(x, r, c);
+            const index_t pair = ptr(order)[j], r = pair / k;
+            require(pair >= 0 && r < x.rows(), "gather_rows: pair outside the rows");
+            const double f = double(alpha) * (weights.empty() ? 1.0 : double(ptr(weights)[pair]));
+            for (index_t c = 0; c < x.cols(); ++c) at(out, j, c) = T(f * double(at(x, r, c)));
         }
     }
     // y[order[j] / k] += alpha * weights[order[j]] * x[j] (weights empty: 1), pairs in order.
