@@ -607,8 +607,10 @@ TEST_CASE("moe ops: gather, weighted scatter, pair dots and the grouped products
 }
 TEMPLATE_TEST_CASE("moe ops: every policy with them against the reference", "[ops]", vwt::cpu::backend<float>, vwt::cpu::backend<double>,
                    vwt::reference::backend<float>) {
-    for (const auto& [rows, E, k] : std::vector<std::tuple<index_t, index_t, int>>{{1, 4, 1}, {13, 6, 2}, {40, 22, 3}})
+    for (const auto& sizes : std::vector<std::tuple<index_t, index_t, int>>{{1, 4, 1}, {13, 6, 2}, {40, 22, 3}})
         for (const int threads : {1, 2}) {
+            const index_t rows = std::get<0>(sizes), E = std::get<1>(sizes);  // not a structured binding: lambdas capture these
+            const int k = std::get<2>(sizes);
             INFO("rows " << rows << " experts " << E << " k " << k << " threads " << threads);
             const index_t w = 10, n = 7;
             auto logits = values(rows * E, 61);
