@@ -37,11 +37,11 @@ dir="build-test-sanitize"
 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ -DVWT_BUILD_BENCH=OFF -DVWT_BUILD_EXAMPLES=ON \
   -DVWT_WARNINGS_AS_ERRORS=ON -DVWT_NATIVE_ARCH=OFF -DVWT_WITH_ONEDNN=OFF \
   -DCMAKE_CXX_FLAGS="-O1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" >/dev/null
-cmake --build "$dir" -j"$jobs" --target io_safetensors io_report io_tokenizer model_parity infer_generation backend_matmul backend_ops \
+cmake --build "$dir" -j"$jobs" --target io_safetensors io_report io_tokenizer model_parity infer_generation backend_matmul backend_ops layers_moe \
   train_gradients vwt_cli
 # infer_allocations replaces malloc itself, which ASan's interceptors own: it runs in the builds above.
 (cd "$dir" && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j"$jobs" \
-  -R "^(io_|model_parity|infer_generation|backend_|train_gradients|reference|cli: )")
+  -R "^(io_|model_parity|infer_generation|backend_|layers_|train_gradients|reference|cli: )")
 
 # The readers of untrusted input under libFuzzer (60 s per target; FUZZ_SECONDS to change).
 echo "=== fuzzing (libFuzzer + ASan + UBSan)"
