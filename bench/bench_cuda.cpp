@@ -230,23 +230,37 @@ void decode(benchmark::State& state, bool uniform) {
     state.counters["bytes/token"] = static_cast<double>(costs.weight_bytes) + static_cast<double>(costs.kv_bytes_per_token) * context;
 }
 
+// A training batch of 8 x 1024 tokens with its workspace and gradient buffer: step() runs one
+// forward + backward (no optimizer step) and waits for it.
+struct train_problem {
+    vwt::train::step_workspace<backend> ws;
+    backend::buffer<float> grad;
+    vwt::model_tensors<float, backend::memory> grads;
+    std::vector<int> tokens, targets;
+    train_problem(const vwt::model<backend>& m, const backend::context& ctx)
+        : ws(ctx, m, train_sequences, train_length),
+          grad(m.parameters().size()),
+          grads(m.bind(grad.view())),
+          tokens(train_sequences * train_length),
+          targets(tokens.size()) {
+        for (std::size_t i = 0; i < tokens.size(); ++i) {
+            tokens[i] = static_cast<int>((i * 131) % static_cast<std::size_t>(m.vocab()));
+            targets[i] = static_cast<int>((i * 71 + 3) % static_cast<std::size_t>(m.vocab()));
+        }
+    }
+    void step(const vwt::model<backend>& m, const backend::context& ctx) {
+        benchmark::DoNotOptimize(vwt::train::loss_and_gradient(ctx, m, vwt::train::token_batch{tokens, targets, train_sequences}, ws, grads));
+        ctx.synchronize();  // the step's kernels are still queued when it returns
+    }
+};
+
 // One forward + backward over 8 x 1024 tokens (no optimizer step).
 void train_step(benchmark::State& state, bool uniform) {
     const auto& m = bench_model(uniform);
     const auto& ctx = bench_context();
-    vwt::train::step_workspace<backend> ws(ctx, m, train_sequences, train_length);
-    backend::buffer<float> grad(m.parameters().size());
-    const auto grads = m.bind(grad.view());
-    std::vector<int> tokens(train_sequences * train_length), targets(tokens.size());
-    for (std::size_t i = 0; i < tokens.size(); ++i) {
-        tokens[i] = static_cast<int>((i * 131) % static_cast<std::size_t>(m.vocab()));
-        targets[i] = static_cast<int>((i * 71 + 3) % static_cast<std::size_t>(m.vocab()));
-    }
-    const vwt::train::token_batch batch{tokens, targets, train_sequences};
-    for (auto _ : state) {
-        benchmark::DoNotOptimize(vwt::train::loss_and_gradient(ctx, m, batch, ws, grads));
-        ctx.synchronize();  // the step's kernels are still queued when it returns
-    }
+    train_problem p(m, ctx);
+    for (auto _ : state) p.step(m, ctx);
+    const auto& tokens = p.tokens;
     const double flops = vwt::account(m.schedule(), {train_length}).train_flops_per_token * static_cast<double>(tokens.size());
     state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(tokens.size()), benchmark::Counter::kIsIterationInvariantRate);
     state.counters["TFLOP/s"] = benchmark::Counter(flops / 1e12, benchmark::Counter::kIsIterationInvariantRate);
@@ -279,16 +293,8 @@ void profile_once(const std::string& what) {
         decode_session d(m, ctx, 256);
         run([&] { d.step(ctx); });
     } else if (what == "train") {
-        vwt::train::step_workspace<backend> ws(ctx, m, train_sequences, train_length);
-        backend::buffer<float> grad(m.parameters().size());
-        const auto grads = m.bind(grad.view());
-        std::vector<int> tokens(train_sequences * train_length), targets(tokens.size());
-        for (std::size_t i = 0; i < tokens.size(); ++i) {
-            tokens[i] = static_cast<int>((i * 131) % static_cast<std::size_t>(m.vocab()));
-            targets[i] = static_cast<int>((i * 71 + 3) % static_cast<std::size_t>(m.vocab()));
-        }
-        const vwt::train::token_batch batch{tokens, targets, train_sequences};
-        run([&] { vwt::train::loss_and_gradient(ctx, m, batch, ws, grads); });
+        train_problem p(m, ctx);
+        run([&] { p.step(m, ctx); });
     } else {
         throw std::runtime_error("--profile: expected prefill, decode or train, not '" + what + "'");
     }
