@@ -537,6 +537,45 @@ TEST_CASE("moe ops: routing backward is the derivative of the chosen experts' so
     }
 }
 
+TEST_CASE("moe ops: the router's auxiliary loss is semantics.md's formula, its gradient a finite difference") {
+    using P = oracle;
+    const P::context ctx{};
+    const index_t rows = 8, E = 5;
+    const int k = 2;
+    const auto logits = values(rows * E, 71, 2.0);
+    const auto experts = route_by_sorting(logits, rows, E, k).experts;
+    // E sum_e f_e p_e + 0.1 mean_r logsumexp(r)^2, f the share of assignments, p the mean softmax
+    const auto aux = [&](const std::vector<double>& z) {
+        std::vector<double> f(static_cast<std::size_t>(E)), p(static_cast<std::size_t>(E));
+        for (const int e : experts) f[static_cast<std::size_t>(e)] += 1.0 / static_cast<double>(experts.size());
+        double zl = 0;
+        for (index_t r = 0; r < rows; ++r) {
+            double sum = 0;
+            for (index_t e = 0; e < E; ++e) sum += std::exp(z[static_cast<std::size_t>(r * E + e)]);
+            for (index_t e = 0; e < E; ++e) p[static_cast<std::size_t>(e)] += std::exp(z[static_cast<std::size_t>(r * E + e)]) / sum / rows;
+            zl += std::log(sum) * std::log(sum) / rows;
+        }
+        double balance = 0;
+        for (index_t e = 0; e < E; ++e) balance += f[static_cast<std::size_t>(e)] * p[static_cast<std::size_t>(e)];
+        return static_cast<double>(E) * balance + 0.1 * zl;
+    };
+    on<P> L(ctx, logits, rows, E), dL(ctx, values(rows * E, 72), rows, E);
+    P::buffer<int> ex(rows * k);
+    P::upload(ctx, std::span<const int>(experts), ex.view());
+    P::buffer<double> out(1);
+    P::moe_aux_loss(ctx, L.m().as_const(), ex.view(), 0.5, dL.m(), out.view());
+    std::vector<double> value(1);
+    P::download(ctx, vwt::vector_view<const double, P::memory>(out.view()), std::span<double>(value));
+    CHECK(value[0] == Approx(aux(logits)).epsilon(1e-12));
+    const auto grad = dL.get(), before = values(rows * E, 72);
+    for (std::size_t i = 0; i < logits.size(); ++i) {
+        auto up = logits, down = logits;
+        up[i] += 1e-6;
+        down[i] -= 1e-6;
+        CHECK(grad[i] - before[i] == Approx(0.5 * (aux(up) - aux(down)) / 2e-6).margin(1e-7));
+    }
+}
+
 TEST_CASE("moe ops: gather, weighted scatter, pair dots and the grouped products against per-row sums") {
     using P = oracle;
     const P::context ctx{};
@@ -632,7 +671,12 @@ TEMPLATE_TEST_CASE("moe ops: every policy with them against the reference", "[op
                     P::pair_dots(ctx, Z.m().as_const(), order.view(), k, X.m().as_const(), D.v());
                     on<P> dL(ctx, values(rows * E, 70), rows, E);
                     P::moe_route_backward(ctx, experts.view(), W.v(), D.v(), dL.m());
-                    outputs out{W.get(), Y.get(), Z.get(), G.get(), Out.get(), D.get(), dL.get()};
+                    on<P> dA(ctx, values(rows * E, 73), rows, E);
+                    typename P::template buffer<double> aux(1);
+                    P::moe_aux_loss(ctx, L.m().as_const(), experts.view(), 0.01, dA.m(), aux.view());
+                    std::vector<double> aux_value(1);
+                    P::download(ctx, vwt::vector_view<const double, typename P::memory>(aux.view()), std::span<double>(aux_value));
+                    outputs out{W.get(), Y.get(), Z.get(), G.get(), Out.get(), D.get(), dL.get(), dA.get(), aux_value};
                     for (const auto* ints : {&experts, &order, &offsets}) {
                         const auto host = ints_of<P>(ctx, ints->view());
                         out.emplace_back(host.begin(), host.end());

@@ -112,8 +112,9 @@ concept backend_policy =
 // A policy that runs mixture-of-experts MLPs (layers/moe.hpp) adds: routing (top-k of the router
 // logits, ties to the lower expert, a softmax over the chosen, and the (row, slot) pairs sorted by
 // expert: order and offsets), its backward, row gathers and weighted scatters between tokens and
-// pairs, per-pair dot products, and products grouped by expert over weights stacked on a leading
-// expert axis. The contracts are written out in reference/backend.hpp.
+// pairs, per-pair dot products, products grouped by expert over weights stacked on a leading
+// expert axis, and the router's auxiliary loss with its gradient. The contracts are written out
+// in reference/backend.hpp.
 // clang-format off
 template <class B>
 concept moe_backend_policy =
@@ -126,9 +127,11 @@ concept moe_backend_policy =
              vector_view<const typename B::compute_type, typename B::memory> cv,
              vector_view<int, typename B::memory> iv,
              vector_view<const int, typename B::memory> civ,
+             vector_view<double, typename B::memory> dv,
              typename B::compute_type s, int k) {
         B::moe_route(ctx, cm, k, iv, v, iv, iv);
         B::moe_route_backward(ctx, civ, cv, cv, m);
+        B::moe_aux_loss(ctx, cm, civ, s, m, dv);
         B::gather_rows(ctx, cm, civ, k, cv, s, m);
         B::scatter_add_rows(ctx, cm, civ, k, cv, m, s);
         B::pair_dots(ctx, cm, civ, k, cm, v);

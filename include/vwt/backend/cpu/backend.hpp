@@ -503,6 +503,44 @@ struct backend {
             }
         }
     }
+    static void moe_aux_loss(const context&, mat<const T> logits, vec<const int> experts, T scale, mat<T> d_logits, vec<double> out) {
+        const index_t R = logits.rows(), E = logits.cols();
+        if (R == 0 || experts.size() % R != 0 || d_logits.rows() != R || d_logits.cols() != E || out.size() != 1)
+            vwt::detail::fail("cpu backend: moe_aux_loss: shapes (", R, " rows, ", E, " experts, ", experts.size(), " assignments)");
+        std::vector<double> f(static_cast<std::size_t>(E), 0.0), p(static_cast<std::size_t>(E), 0.0), soft(static_cast<std::size_t>(E));
+        for (index_t j = 0; j < experts.size(); ++j) {
+            if (experts[j] < 0 || experts[j] >= E) vwt::detail::fail("cpu backend: moe_aux_loss: expert ", experts[j], " outside 0..", E - 1);
+            f[static_cast<std::size_t>(experts[j])] += 1.0 / double(experts.size());
+        }
+        // p needs every token before any gradient: one pass for p and the z-loss, one for d_logits
+        const auto softmax_row = [&](index_t r) {
+            const T* z = logits.row(r);
+            double top = -std::numeric_limits<double>::infinity(), sum = 0;
+            for (index_t e = 0; e < E; ++e) top = std::max(top, double(z[e]));
+            for (index_t e = 0; e < E; ++e) sum += std::exp(double(z[e]) - top);
+            const double lse = top + std::log(sum);
+            for (index_t e = 0; e < E; ++e) soft[static_cast<std::size_t>(e)] = std::exp(double(z[e]) - lse);
+            return lse;
+        };
+        double z_loss = 0;
+        for (index_t r = 0; r < R; ++r) {
+            const double lse = softmax_row(r);
+            z_loss += lse * lse / double(R);
+            for (index_t e = 0; e < E; ++e) p[static_cast<std::size_t>(e)] += soft[static_cast<std::size_t>(e)] / double(R);
+        }
+        double balance = 0;
+        for (index_t e = 0; e < E; ++e) balance += f[static_cast<std::size_t>(e)] * p[static_cast<std::size_t>(e)];
+        out[0] = double(E) * balance + 0.1 * z_loss;
+        for (index_t r = 0; r < R; ++r) {
+            const double lse = softmax_row(r);
+            double fs = 0;
+            for (index_t e = 0; e < E; ++e) fs += f[static_cast<std::size_t>(e)] * soft[static_cast<std::size_t>(e)];
+            for (index_t e = 0; e < E; ++e) {
+                const double s = soft[static_cast<std::size_t>(e)];
+                d_logits(r, e) += T(double(scale) * (double(E) / double(R) * s * (f[static_cast<std::size_t>(e)] - fs) + 0.2 * lse * s / double(R)));
+            }
+        }
+    }
     static void gather_rows(const context&, mat<const T> x, vec<const int> order, int k, vec<const T> weights, T alpha, mat<T> out) {
         check_size(order.size(), out.rows(), "gather_rows: rows");
         check_size(x.cols(), out.cols(), "gather_rows: columns");

@@ -284,6 +284,45 @@ struct backend {
             }
         }
     }
+    // The router's auxiliary loss of one MoE layer over R tokens (semantics.md section 6):
+    // out[0] = E sum_e f_e p_e + 0.1 mean_r(logsumexp(logits_r)^2), p the mean over tokens of
+    // softmax(logits_r), f the share of the R k assignments in `experts` that went to e; and
+    // d_logits += scale * its gradient, f held fixed (a count: piecewise constant).
+    static void moe_aux_loss(const context&, mat<const T> logits, vec<const int> experts, T scale, mat<T> d_logits, vec<double> out) {
+        const index_t R = logits.rows(), E = logits.cols();
+        require(R > 0 && experts.size() % R == 0 && d_logits.rows() == R && d_logits.cols() == E && out.size() == 1, "moe_aux_loss: shapes");
+        std::vector<double> f(static_cast<std::size_t>(E), 0.0), p(static_cast<std::size_t>(E), 0.0);
+        std::vector<double> soft(static_cast<std::size_t>(R * E)), lse(static_cast<std::size_t>(R));
+        for (index_t j = 0; j < experts.size(); ++j) {
+            require(ptr(experts)[j] >= 0 && ptr(experts)[j] < E, "moe_aux_loss: expert outside the router");
+            f[std::size_t(ptr(experts)[j])] += 1.0 / double(experts.size());
+        }
+        double z_loss = 0;
+        for (index_t r = 0; r < R; ++r) {
+            double top = -std::numeric_limits<double>::infinity(), sum = 0;
+            for (index_t e = 0; e < E; ++e) top = std::max(top, double(at(logits, r, e)));
+            for (index_t e = 0; e < E; ++e) sum += std::exp(double(at(logits, r, e)) - top);
+            lse[std::size_t(r)] = top + std::log(sum);
+            for (index_t e = 0; e < E; ++e) {
+                const double s = std::exp(double(at(logits, r, e)) - lse[std::size_t(r)]);
+                soft[std::size_t(r * E + e)] = s;
+                p[std::size_t(e)] += s / double(R);
+            }
+            z_loss += lse[std::size_t(r)] * lse[std::size_t(r)] / double(R);
+        }
+        double balance = 0;
+        for (index_t e = 0; e < E; ++e) balance += f[std::size_t(e)] * p[std::size_t(e)];
+        ptr(out)[0] = double(E) * balance + 0.1 * z_loss;
+        for (index_t r = 0; r < R; ++r) {
+            double fs = 0;
+            for (index_t e = 0; e < E; ++e) fs += f[std::size_t(e)] * soft[std::size_t(r * E + e)];
+            for (index_t e = 0; e < E; ++e) {
+                const double s = soft[std::size_t(r * E + e)];
+                const double g = double(E) / double(R) * s * (f[std::size_t(e)] - fs) + 0.1 * 2.0 * lse[std::size_t(r)] * s / double(R);
+                at(d_logits, r, e) = T(double(at(d_logits, r, e)) + double(scale) * g);
+            }
+        }
+    }
     // out[j] = alpha * weights[order[j]] * x[order[j] / k] (weights empty: 1): the rows of the
     // pairs, in expert order.
     static void gather_rows(const context&, mat<const T> x, vec<const int> order, int k, vec<const T> weights, T alpha, mat<T> out) {
