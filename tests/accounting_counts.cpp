@@ -2,9 +2,11 @@
 // FLOPs from the matmul shapes; KV from the per-layer cache shapes.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
+#include <vwt/train/optimizer.hpp>
 #include <vwt/vwt.hpp>
 
 namespace {
@@ -141,4 +143,40 @@ TEST_CASE("MoE accounting: active parameters use experts_per_token of the expert
     CHECK(c.params.active < c.params.total());
     CHECK(vwt::moe_intermediate(s.dims, 1600) == 512);
     CHECK(vwt::moe_intermediate(s.dims, 480) == 154);  // round(480 * 512 / 1600) = round(153.6)
+}
+
+TEST_CASE("MoE parameter layout: the authors' stacked tensors, in order, summing to the accounting's total") {
+    vwt::schedule_spec spec = vwt::presets::tiny_l6;
+    spec.dims.moe = {4, 2, 48};
+    const auto s = vwt::make_schedule(spec);
+    const auto c = vwt::model_config::mup(s);
+    const vwt::parameter_layout layout(c);
+    const auto want = tensors_of(s);
+    REQUIRE(layout.tensors().size() == want.size());
+    long long total = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+        INFO(want[i].name);
+        CHECK(layout.tensors()[i].name == want[i].name);
+        CHECK(layout.tensors()[i].shape == std::vector<std::int64_t>(want[i].shape.begin(), want[i].shape.end()));
+        total += want[i].numel();
+    }
+    CHECK(layout.size() == total);
+    CHECK(layout.size() == vwt::account(s).params.total());
+    // muP init (semantics.md section 6): router and c_fc sigma_i / sqrt(m_width), c_proj also / sqrt(2L);
+    // all three in the hidden lr group (lr / m_width)
+    for (int i = 0; i < s.layers(); ++i) {
+        const double sigma = c.initializer_range * std::sqrt(double(s.dims.hidden) / s.width(i)) / std::sqrt(c.m_width);
+        const std::string p = vwt::layer_prefix(i) + "mlp_block.";
+        CHECK(vwt::init_std(c, layout.at(p + "gate.weight")) == Approx(sigma));
+        CHECK(vwt::init_std(c, layout.at(p + "c_fc.weight")) == Approx(sigma));
+        CHECK(vwt::init_std(c, layout.at(p + "c_proj.weight")) == Approx(sigma / std::sqrt(2.0 * s.layers())));
+        for (const char* t : {"gate.weight", "c_fc.weight", "c_proj.weight"}) {
+            CHECK(vwt::train::group_of(c, layout.at(p + t)).lr_scale == Approx(1.0 / c.m_width));
+            CHECK(vwt::train::group_of(c, layout.at(p + t)).decay);
+        }
+    }
+    // until the model takes MoE blocks, building one or writing its config is a clear error
+    std::vector<float> params(static_cast<std::size_t>(layout.size()), 0.0f);
+    CHECK_THROWS_WITH(vwt::model<vwt::cpu::backend<float>>(c, params), Catch::Contains("MoE layers (4 experts) are not wired into the model"));
+    CHECK_THROWS_WITH(vwt::io::config_to_json(c), Catch::Contains("MoE schedules are not written yet"));
 }

@@ -214,6 +214,9 @@ protected:
     }
 
     void check_count(std::int64_t items) const {
+        if (config_.schedule.dims.moe.enabled())
+            vwt::detail::fail("model: MoE layers (", config_.schedule.dims.moe.experts,
+                              " experts) are not wired into the model yet; the layer is vwt::moe_mlp");
         constexpr index_t per_item = elements_per_item<W>;  // 32 weights per q8 block
         if (items * per_item != layout_.size())
             vwt::detail::fail("model: ", items * per_item, " parameters given, the schedule needs ", layout_.size());

@@ -12,7 +12,7 @@
 namespace vwt {
 
 // The standard deviation each tensor is drawn with (semantics.md section 3).
-// muP: sigma_i = range * sqrt(h / w_i); c_attn, c_fc: sigma_i / sqrt(m_width); both c_proj:
+// muP: sigma_i = range * sqrt(h / w_i); c_attn, c_fc, the MoE router: sigma_i / sqrt(m_width); both c_proj:
 // sigma_i / sqrt(m_width) / sqrt(2L); wte, lm_head: range. Standard: range, c_proj / sqrt(2L).
 inline double init_std(const model_config& c, const tensor_info& t) {
     const double L = c.schedule.layers();
@@ -27,7 +27,8 @@ inline double init_std(const model_config& c, const tensor_info& t) {
         case tensor_role::head: return c.initializer_range;
         case tensor_role::norm: return 0.0;
         case tensor_role::attn_in:
-        case tensor_role::mlp_in: return sigma / width_div;
+        case tensor_role::mlp_in:
+        case tensor_role::router: return sigma / width_div;
         case tensor_role::attn_out:
         case tensor_role::mlp_out: return sigma / width_div / std::sqrt(2.0 * L);
     }

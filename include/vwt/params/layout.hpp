@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "../accounting.hpp"
 #include "../error.hpp"
 #include "../model/config.hpp"
 #include "../tensor/view.hpp"
@@ -23,8 +24,9 @@ enum class tensor_role {
     norm,        // ln_1, ln_2, ln_f gains
     attn_in,     // c_attn
     attn_out,    // sequence_mixer.c_proj
-    mlp_in,      // c_fc
-    mlp_out,     // mlp_block.c_proj
+    mlp_in,      // c_fc (MoE: the experts' c_fc, stacked)
+    mlp_out,     // mlp_block.c_proj (MoE: the experts' c_proj, stacked)
+    router,      // MoE: mlp_block.gate
     head,        // lm_head
 };
 
@@ -47,8 +49,6 @@ public:
     explicit parameter_layout(const model_config& c) {
         const auto& s = c.schedule;
         const auto& d = s.dims;
-        if (d.moe.enabled()) detail::fail("MoE layers are not implemented by the model yet (schedule has ",
-                                          d.moe.experts, " experts)");
         add("transformer.wte.weight", {d.vocab, d.hidden}, tensor_role::embedding, -1);
         for (int i = 0; i < s.layers(); ++i) {
             // int64 throughout: every product below fits for widths up to schedule_limits::width.
@@ -58,8 +58,15 @@ public:
             add(p + "sequence_mixer.c_attn.weight", {(heads + 2 * kv_heads) * hd, w}, tensor_role::attn_in, i);
             add(p + "sequence_mixer.c_proj.weight", {w, heads * hd}, tensor_role::attn_out, i);
             add(p + "ln_2.weight", {w}, tensor_role::norm, i);
-            add(p + "mlp_block.c_fc.weight", {8 * w, w}, tensor_role::mlp_in, i);
-            add(p + "mlp_block.c_proj.weight", {w, 4 * w}, tensor_role::mlp_out, i);
+            if (d.moe.enabled()) {  // lm_engine's MoE block: one parameter per projection, experts stacked first
+                const std::int64_t E = d.moe.experts, inter = moe_intermediate(d, s.width(i));
+                add(p + "mlp_block.gate.weight", {E, w}, tensor_role::router, i);
+                add(p + "mlp_block.c_fc.weight", {E, 2 * inter, w}, tensor_role::mlp_in, i);
+                add(p + "mlp_block.c_proj.weight", {E, w, inter}, tensor_role::mlp_out, i);
+            } else {
+                add(p + "mlp_block.c_fc.weight", {8 * w, w}, tensor_role::mlp_in, i);
+                add(p + "mlp_block.c_proj.weight", {w, 4 * w}, tensor_role::mlp_out, i);
+            }
         }
         add("transformer.ln_f.weight", {s.width(s.layers() - 1)}, tensor_role::norm, -1);
         add("lm_head.weight", {d.vocab, d.hidden}, tensor_role::head, -1);
@@ -129,6 +136,14 @@ public:
             detail::fail("tensor '", name, "': rows of ", t.shape[1], " weights are not whole blocks of ", per_item,
                          " (q8 weights need every width and head count times head dim to be a multiple of ", per_item, ")");
         return buffer_.subview(t.offset / per_item, t.numel() / per_item).as_matrix(t.shape[0], t.shape[1] / per_item);
+    }
+    // A tensor stacked on a leading expert axis, [E, r, c], as the matrix [E r x c].
+    matrix_view<E, M> stacked_matrix(const std::string& name) const {
+        const auto& t = layout_.at(name);
+        if (t.shape.size() != 3) detail::fail("tensor '", name, "' is not a stack of matrices");
+        if (t.shape[2] % per_item != 0)
+            detail::fail("tensor '", name, "': rows of ", t.shape[2], " weights are not whole blocks of ", per_item);
+        return buffer_.subview(t.offset / per_item, t.numel() / per_item).as_matrix(t.shape[0] * t.shape[1], t.shape[2] / per_item);
     }
     vector_view<E, M> vector(const std::string& name) const {
         const auto& t = layout_.at(name);

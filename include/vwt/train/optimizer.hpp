@@ -19,7 +19,7 @@ struct adamw_options {
 };
 
 // Per-tensor learning-rate multiplier and whether it decays: muP trains the hidden matrices
-// (c_attn, both c_proj, c_fc) at lr / m_width; embeddings, head and norms at lr.
+// (c_attn, both c_proj, c_fc, the MoE router) at lr / m_width; embeddings, head and norms at lr.
 struct tensor_group {
     double lr_scale = 1.0;
     bool decay = true;
@@ -28,8 +28,8 @@ struct tensor_group {
 inline tensor_group group_of(const model_config& c, const tensor_info& t) {
     tensor_group g;
     g.decay = t.role != tensor_role::norm;
-    const bool hidden = t.role == tensor_role::attn_in || t.role == tensor_role::attn_out ||
-                        t.role == tensor_role::mlp_in || t.role == tensor_role::mlp_out;
+    const bool hidden = t.role == tensor_role::attn_in || t.role == tensor_role::attn_out || t.role == tensor_role::mlp_in ||
+                        t.role == tensor_role::mlp_out || t.role == tensor_role::router;
     if (c.param == parametrization::mup && hidden) g.lr_scale = 1.0 / c.m_width;
     return g;
 }
