@@ -36,8 +36,12 @@ def write_safetensors(path, tensors, dtype):
 
 class Reference:
     def __init__(self, widths, hidden, heads, kv_heads, vocab, context, mup=True, resize="move_up", seed=0,
-                 init_range=None):
+                 init_range=None, moe=None):
+        """moe: None (dense SwiGLU MLPs) or (experts, experts_per_token, intermediate size at width
+        hidden): every MLP a mixture of experts (semantics.md section 6), expert intermediate
+        round(w_i * inter / hidden) with ties to even."""
         self.widths, self.h, self.H, self.Hkv, self.V, self.ctx = widths, hidden, heads, kv_heads, vocab, context
+        self.moe = moe
         self.mup, self.resize = mup, resize
         self.sdpa = False  # True: torch's scaled_dot_product_attention instead of the written-out softmax
         self.m_emb, self.m_res, self.m_width = (12.0, 0.22, 8.0) if mup else (1.0, 1.0, 1.0)
@@ -61,9 +65,19 @@ class Reference:
                 (p + "sequence_mixer.c_attn.weight", normal(((heads + 2 * kv_heads) * d, w), sigma / wdiv)),
                 (p + "sequence_mixer.c_proj.weight", normal((w, heads * d), sigma / wdiv / math.sqrt(2 * L))),
                 (p + "ln_2.weight", 1 + 0.1 * normal((w,), 1.0)),
-                (p + "mlp_block.c_fc.weight", normal((8 * w, w), sigma / wdiv)),
-                (p + "mlp_block.c_proj.weight", normal((w, 4 * w), sigma / wdiv / math.sqrt(2 * L))),
             ]
+            if moe:  # lm_engine's MoE block: one parameter per projection, experts stacked first
+                E, inter = moe[0], self.expert_inter(w)
+                self.tensors += [
+                    (p + "mlp_block.gate.weight", normal((E, w), sigma / wdiv)),
+                    (p + "mlp_block.c_fc.weight", normal((E, 2 * inter, w), sigma / wdiv)),
+                    (p + "mlp_block.c_proj.weight", normal((E, w, inter), sigma / wdiv / math.sqrt(2 * L))),
+                ]
+            else:
+                self.tensors += [
+                    (p + "mlp_block.c_fc.weight", normal((8 * w, w), sigma / wdiv)),
+                    (p + "mlp_block.c_proj.weight", normal((w, 4 * w), sigma / wdiv / math.sqrt(2 * L))),
+                ]
         self.tensors += [("transformer.ln_f.weight", 1 + 0.1 * normal((widths[-1],), 1.0)),
                          ("lm_head.weight", normal((vocab, hidden), self.range))]
         self.p = dict(self.tensors)
@@ -135,15 +149,37 @@ class Reference:
                 o = torch.einsum("bhts,bshd->bthd", s.softmax(-1), v).reshape(B, T, self.H * d)
             x = x + self.m_res * (o @ p[pre + "sequence_mixer.c_proj.weight"].T)
             b = self.rmsnorm(x, p[pre + "ln_2.weight"])
-            f = b @ p[pre + "mlp_block.c_fc.weight"].T
-            u, gate = f[..., : 4 * w], f[..., 4 * w:]
-            x = x + self.m_res * ((u * torch.nn.functional.silu(gate)) @ p[pre + "mlp_block.c_proj.weight"].T)
+            if self.moe:
+                x = x + self.m_res * self.moe_mlp(b, pre, p)
+            else:
+                f = b @ p[pre + "mlp_block.c_fc.weight"].T
+                u, gate = f[..., : 4 * w], f[..., 4 * w:]
+                x = x + self.m_res * ((u * torch.nn.functional.silu(gate)) @ p[pre + "mlp_block.c_proj.weight"].T)
             history.append(x)
         y = self.rmsnorm(x, p["transformer.ln_f.weight"])
         # The resize to the unembedding width is move_up whatever the model's resize method
         # (semantics.md section 2, step 3): a zero-resize model restores [w_L, h) too.
         y = self.resize_to(y, self.h, history, "move_up")
         return (y @ p["lm_head.weight"].T) / self.m_width
+
+    def expert_inter(self, w):
+        return round(w * self.moe[2] / self.h)  # Python's round: ties to even, as the solver's
+
+    def moe_mlp(self, b, pre, p):
+        """Every expert on every token, then each token's top k by router logit (a stable sort:
+        ties to the lower expert) weighted by a softmax over the chosen logits."""
+        E, k = self.moe[0], self.moe[1]
+        r = b @ p[pre + "mlp_block.gate.weight"].T                      # [B, T, E]
+        top, chosen = torch.sort(r, dim=-1, descending=True, stable=True)
+        weights = top[..., :k].softmax(-1)                               # [B, T, k]
+        inter = p[pre + "mlp_block.c_proj.weight"].shape[-1]
+        outs = []
+        for e in range(E):
+            f = b @ p[pre + "mlp_block.c_fc.weight"][e].T
+            outs.append((f[..., :inter] * torch.nn.functional.silu(f[..., inter:])) @ p[pre + "mlp_block.c_proj.weight"][e].T)
+        outs = torch.stack(outs, -2)                                     # [B, T, E, w]
+        picked = torch.gather(outs, -2, chosen[..., :k, None].expand(*chosen.shape[:-1], k, outs.shape[-1]))
+        return (weights[..., None] * picked).sum(-2)
 
     def attention_scale(self, d):
         """muP scores by 1/d (the authors' attention_multiplier), standard by 1/sqrt(d)."""
@@ -164,8 +200,12 @@ class Reference:
                                        "num_key_value_heads": self.Hkv,
                                        "attention_multiplier": self.attention_scale(w // self.H)}
                                       for w in self.widths],
-            "mlp_blocks": [{"mlp_type": "MLP", "activation_function": "swiglu", "intermediate_size": 4 * w}
+            "mlp_blocks": [{"mlp_type": "MoE", "activation_function": "swiglu", "intermediate_size": self.expert_inter(w),
+                            "num_experts": self.moe[0], "num_experts_per_tok": self.moe[1]}
+                           if self.moe else
+                           {"mlp_type": "MLP", "activation_function": "swiglu", "intermediate_size": 4 * w}
                            for w in self.widths],
+            **({"router_aux_loss_coef": 0.01} if self.moe else {}),
         }
 
 
