@@ -25,7 +25,7 @@ namespace vwt::io {
 using log_function = std::function<void(const std::string&)>;
 
 inline nlohmann::ordered_json config_to_json(const model_config& c, const schedule_spec* generator = nullptr) {
-    if (c.schedule.dims.moe.enabled()) detail::fail("config.json: MoE schedules are not written yet (the MoE ><former is not wired into models)");
+    if (c.schedule.dims.moe.enabled()) vwt::detail::fail("config.json: MoE schedules are not written yet (the MoE ><former is not wired into models)");
     const auto& s = c.schedule;
     nlohmann::ordered_json j;
     j["model_type"] = "width_varying";
