@@ -93,13 +93,8 @@ struct moe_mlp {
     // layer += residual * sum over each token's experts of weight * c_proj_e swiglu(c_fc_e normed)
     template <index_t C>
     void forward(const typename B::context& ctx, mat<const T, C> normed, mat<T, C> layer, const scratch& s) const {
-        const index_t rows = normed.rows();
-        route(ctx, normed, s, rows);
-        const index_t pairs = rows * shape.experts_per_token;
-        const vec<const int> offsets = s.offsets;
-        B::grouped_matmul_nt(ctx, s.gathered.rows_range(0, pairs).as_const(), offsets, weights.c_fc, s.fused.rows_range(0, pairs));
-        B::swiglu(ctx, s.fused.rows_range(0, pairs).as_const(), s.act.rows_range(0, pairs), shape.inter, layout);
-        B::grouped_matmul_nt(ctx, s.act.rows_range(0, pairs).as_const(), offsets, weights.c_proj, s.out.rows_range(0, pairs));
+        const index_t pairs = normed.rows() * shape.experts_per_token;
+        run_experts(ctx, normed, s);
         B::scatter_add_rows(ctx, s.out.rows_range(0, pairs).as_const(), vec<const int>(s.order.subview(0, pairs)), shape.experts_per_token,
                             vec<const T>(s.weights.subview(0, pairs)), mat<T>(layer), residual);
     }
@@ -112,16 +107,13 @@ struct moe_mlp {
                   tensors<T> grads) const {
         const index_t rows = normed.rows(), pairs = rows * shape.experts_per_token;
         const int k = shape.experts_per_token;
-        route(ctx, normed, s, rows);
+        run_experts(ctx, normed, s);
         const vec<const int> offsets = s.offsets;
         const auto order = vec<const int>(s.order.subview(0, pairs));
         const auto gathered = s.gathered.rows_range(0, pairs), fused = s.fused.rows_range(0, pairs), act = s.act.rows_range(0, pairs);
         const auto out = s.out.rows_range(0, pairs), d_out = s.d_out.rows_range(0, pairs);
         const auto d_fused = s.d_fused.rows_range(0, pairs), d_act = s.d_act.rows_range(0, pairs);
         const auto d_gathered = s.d_gathered.rows_range(0, pairs);
-        B::grouped_matmul_nt(ctx, gathered.as_const(), offsets, weights.c_fc, fused);
-        B::swiglu(ctx, fused.as_const(), act, shape.inter, layout);
-        B::grouped_matmul_nt(ctx, act.as_const(), offsets, weights.c_proj, out);
         // the weights' gradient: residual * out_j . d_layer[token]; the experts' outputs' gradient:
         // residual * weight * d_layer[token]
         B::pair_dots(ctx, out.as_const(), order, k, mat<const T>(d_layer), s.d_weights.subview(0, pairs));
@@ -143,17 +135,23 @@ struct moe_mlp {
     }
 
 private:
-    // Router logits, each token's experts and weights, the pairs sorted by expert, and the
-    // tokens' rows gathered in that order.
+    // Everything of the forward but the weighted sum: router logits, each token's experts and
+    // weights, the pairs sorted by expert, the tokens' rows gathered in that order, and each pair's
+    // expert output (s.out), with the expert activations (s.fused, s.act) the backward needs.
     template <index_t C>
-    void route(const typename B::context& ctx, mat<const T, C> normed, const scratch& s, index_t rows) const {
-        const index_t pairs = rows * shape.experts_per_token;
+    void run_experts(const typename B::context& ctx, mat<const T, C> normed, const scratch& s) const {
+        const index_t rows = normed.rows(), pairs = rows * shape.experts_per_token;
         const auto logits = s.logits.rows_range(0, rows);
+        const auto gathered = s.gathered.rows_range(0, pairs), fused = s.fused.rows_range(0, pairs), act = s.act.rows_range(0, pairs);
+        const vec<const int> offsets = s.offsets;
         B::matmul_nt(ctx, mat<const T>(normed), weights.gate, logits);
         B::moe_route(ctx, logits.as_const(), shape.experts_per_token, s.experts.subview(0, pairs), s.weights.subview(0, pairs),
                      s.order.subview(0, pairs), s.offsets);
         B::gather_rows(ctx, mat<const T>(normed), vec<const int>(s.order.subview(0, pairs)), shape.experts_per_token, vec<const T>(), T(1),
-                       s.gathered.rows_range(0, pairs));
+                       gathered);
+        B::grouped_matmul_nt(ctx, gathered.as_const(), offsets, weights.c_fc, fused);
+        B::swiglu(ctx, fused.as_const(), act, shape.inter, layout);
+        B::grouped_matmul_nt(ctx, act.as_const(), offsets, weights.c_proj, s.out.rows_range(0, pairs));
     }
 };
 
