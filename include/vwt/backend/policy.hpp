@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <span>
 
+#include "../error.hpp"
 #include "../tensor/view.hpp"
 
 namespace vwt {
@@ -108,6 +109,23 @@ concept backend_policy =
         B::adamw(ctx, params, cv, state, state, adamw_update{});
     };
 // clang-format on
+
+namespace detail {
+// For products grouped by expert: f(e, begin, end, n) for each expert e, its rows [begin, end) of
+// the E + 1 ascending `offsets` (from 0 to `rows`, in memory the policy can read) and n =
+// stacked_rows / E, the rows of one expert's matrix in weights stacked on a leading expert axis.
+// Errors name the policy and the op.
+template <class F>
+void for_each_expert(const int* offsets, index_t E, index_t rows, index_t stacked_rows, index_t n, const char* policy, const char* op,
+                     F f) {
+    if (E < 1 || stacked_rows != E * n) fail(policy, ": ", op, ": stacked weights of ", stacked_rows, " rows are not ", E, " experts x ", n);
+    if (offsets[0] != 0 || offsets[E] != rows) fail(policy, ": ", op, ": the expert offsets do not cover the ", rows, " rows");
+    for (index_t e = 0; e < E; ++e) {
+        if (offsets[e] > offsets[e + 1]) fail(policy, ": ", op, ": the expert offsets are not ascending");
+        f(e, index_t(offsets[e]), index_t(offsets[e + 1]), n);
+    }
+}
+}  // namespace detail
 
 // A policy that runs mixture-of-experts MLPs (layers/moe.hpp) adds: routing (top-k of the router
 // logits, ties to the lower expert, a softmax over the chosen, and the (row, slot) pairs sorted by

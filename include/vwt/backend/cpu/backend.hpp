@@ -899,17 +899,9 @@ private:
         if (pair < 0 || k < 1 || pair / k >= rows) vwt::detail::fail("cpu backend: ", op, ": pair ", pair, " outside ", rows, " rows of ", k);
         return pair / k;
     }
-    // f(e, begin, end, n) per expert of the offsets (E + 1, ascending, from 0 to rows); n =
-    // stacked_rows / E, the rows of one expert's matrix.
     template <class F>
     static void for_each_expert(vec<const int> offsets, index_t rows, index_t stacked_rows, index_t n, const char* op, F f) {
-        const index_t E = offsets.size() - 1;
-        if (E < 1 || stacked_rows != E * n) vwt::detail::fail("cpu backend: ", op, ": stacked weights of ", stacked_rows, " rows are not ", E, " experts x ", n);
-        if (offsets[0] != 0 || offsets[E] != rows) vwt::detail::fail("cpu backend: ", op, ": the expert offsets do not cover the ", rows, " rows");
-        for (index_t e = 0; e < E; ++e) {
-            if (offsets[e] > offsets[e + 1]) vwt::detail::fail("cpu backend: ", op, ": the expert offsets are not ascending");
-            f(e, index_t(offsets[e]), index_t(offsets[e + 1]), n);
-        }
+        vwt::detail::for_each_expert(offsets.data(), offsets.size() - 1, rows, stacked_rows, n, "cpu backend", op, f);
     }
     static void check_size(index_t need, index_t have, const char* what, bool at_least = false) {
         if (at_least ? have < need : have != need)

@@ -473,17 +473,9 @@ struct backend {
     }
 
 private:
-    // f(e, begin, end, n) for each expert of the offsets (E + 1 of them, ascending, ending at rows),
-    // n = stacked_rows / E the rows of one expert's matrix.
     template <class F>
     static void for_each_expert(vec<const int> offsets, index_t rows, index_t stacked_rows, index_t n, const char* op, F f) {
-        const index_t E = offsets.size() - 1;
-        if (E < 1 || stacked_rows != E * n) vwt::detail::fail("reference backend: ", op, ": stacked weights of ", stacked_rows, " rows are not ", E, " experts x ", n);
-        if (ptr(offsets)[0] != 0 || ptr(offsets)[E] != rows) vwt::detail::fail("reference backend: ", op, ": the expert offsets do not cover the ", rows, " rows");
-        for (index_t e = 0; e < E; ++e) {
-            if (ptr(offsets)[e] > ptr(offsets)[e + 1]) vwt::detail::fail("reference backend: ", op, ": the expert offsets are not ascending");
-            f(e, index_t(ptr(offsets)[e]), index_t(ptr(offsets)[e + 1]), n);
-        }
+        vwt::detail::for_each_expert(ptr(offsets), offsets.size() - 1, rows, stacked_rows, n, "reference backend", op, f);
     }
     static void require(bool ok, const char* what) {
         if (!ok) vwt::detail::fail("reference backend: ", what);
