@@ -74,6 +74,30 @@ std::vector<double> brute_force_forward(const problem& p) {
     return y;
 }
 
+// The router's auxiliary loss over the problem's tokens (semantics.md section 6): E sum_e f_e p_e
+// + 0.1 mean_tokens lse(z)^2, f the fraction of top-k assignments to e, p the mean over tokens of
+// softmax(z) over all experts.
+double brute_force_aux(const problem& p) {
+    std::vector<double> f(std::size_t(p.experts)), prob(std::size_t(p.experts));
+    double z_loss = 0;
+    for (index_t r = 0; r < p.rows; ++r) {
+        std::vector<double> z(std::size_t(p.experts));
+        for (int e = 0; e < p.experts; ++e)
+            for (index_t c = 0; c < p.w; ++c) z[std::size_t(e)] += p.gate[std::size_t(e * p.w + c)] * p.normed[std::size_t(r * p.w + c)];
+        std::vector<int> idx(std::size_t(p.experts));
+        for (int e = 0; e < p.experts; ++e) idx[std::size_t(e)] = e;
+        std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return z[std::size_t(a)] > z[std::size_t(b)]; });
+        for (int s = 0; s < p.k; ++s) f[std::size_t(idx[std::size_t(s)])] += 1.0 / double(p.rows * p.k);
+        double sum = 0;
+        for (double v : z) sum += std::exp(v);
+        for (int e = 0; e < p.experts; ++e) prob[std::size_t(e)] += std::exp(z[std::size_t(e)]) / sum / double(p.rows);
+        z_loss += std::log(sum) * std::log(sum) / double(p.rows);
+    }
+    double balance = 0;
+    for (int e = 0; e < p.experts; ++e) balance += f[std::size_t(e)] * prob[std::size_t(e)];
+    return p.experts * balance + 0.1 * z_loss;
+}
+
 template <class B, class U = typename B::compute_type>
 typename B::template buffer<U> upload(const typename B::context& ctx, const std::vector<double>& host) {
     typename B::template buffer<U> b(static_cast<index_t>(host.size()));
@@ -99,7 +123,9 @@ struct run {
     vwt::dynamic_width width;
     vwt::moe_shape shape;
     typename B::template buffer<T> normed, layer, gate, c_fc, c_proj, memory;
-    typename B::template buffer<int> ints;
+    typename B::template buffer<int> pairs, offsets;
+    typename B::template buffer<double> aux{1};
+    double aux_coef = 0;
     explicit run(const problem& pr, bool backward)
         : p(pr),
           width(int(pr.w), 2),
@@ -109,16 +135,22 @@ struct run {
           gate(upload<B>(ctx, pr.gate)),
           c_fc(upload<B>(ctx, pr.c_fc)),
           c_proj(upload<B>(ctx, pr.c_proj)),
-          memory(layer_type::scratch::elements(pr.rows, width, shape, backward)),
-          ints(layer_type::scratch::int_elements(pr.rows, shape)) {}
+          memory(shape.scratch_elements(pr.rows, pr.w, backward)),
+          pairs(shape.scratch_ints(pr.rows)),
+          offsets(pr.experts + 1) {}
+    // The layers' scratch as a workspace carves it, holding only the MoE views.
+    vwt::layer_scratch<B> scratch() {
+        vwt::layer_scratch<B> s;
+        s.moe = memory.view(), s.moe_pairs = pairs.view(), s.expert_offsets = offsets.view(), s.moe_aux = aux.view();
+        return s;
+    }
     layer_type mlp() const {
         return {{gate.view().as_matrix(p.experts, p.w), c_fc.view().as_matrix(p.experts * 2 * p.inter, p.w),
                  c_proj.view().as_matrix(p.experts * p.w, p.inter)},
-                width, shape, p.layout, T(p.residual)};
+                width, shape, p.layout, T(p.residual), 0, T(aux_coef)};
     }
     std::vector<double> forward() {
-        const auto s = layer_type::scratch::carve(memory.view(), ints.view(), p.rows, width, shape, false);
-        mlp().forward(ctx, normed.view().as_matrix(p.rows, p.w).as_const(), layer.view().as_matrix(p.rows, p.w), s);
+        mlp().forward(ctx, normed.view().as_matrix(p.rows, p.w).as_const(), layer.view().as_matrix(p.rows, p.w), scratch());
         return download<B, T>(ctx, layer);
     }
 };
@@ -139,27 +171,29 @@ TEMPLATE_TEST_CASE("moe mlp: forward equals a brute-force mixture of experts", "
         }
 }
 
-TEST_CASE("moe mlp: backward equals central finite differences of the forward (router included)") {
+TEST_CASE("moe mlp: backward equals central finite differences of the forward and the auxiliary loss (router included)") {
     using B = vwt::reference::backend<double>;
     problem p(7);
     p.k = 2;
+    const double aux_coef = 0.4;
     const auto d_layer = normal_values(std::size_t(p.rows * p.w), 99);
     const auto objective = [&](const problem& q) {
         const auto y = brute_force_forward(q);
         double sum = 0;
         for (std::size_t i = 0; i < y.size(); ++i) sum += d_layer[i] * y[i];
-        return sum;
+        return sum + aux_coef * brute_force_aux(q);
     };
     run<B> r(p, true);
+    r.aux_coef = aux_coef;
     auto d_normed = upload<B>(r.ctx, std::vector<double>(p.normed.size(), 5.0));  // backward overwrites it
     auto g_gate = upload<B>(r.ctx, std::vector<double>(p.gate.size(), 0.0)), g_fc = upload<B>(r.ctx, std::vector<double>(p.c_fc.size(), 0.0));
     auto g_proj = upload<B>(r.ctx, std::vector<double>(p.c_proj.size(), 0.0));
     auto dl = upload<B>(r.ctx, d_layer);
-    const auto s = run<B>::layer_type::scratch::carve(r.memory.view(), r.ints.view(), p.rows, r.width, r.shape, true);
-    r.mlp().backward(r.ctx, r.normed.view().as_matrix(p.rows, p.w).as_const(), dl.view().as_matrix(p.rows, p.w).as_const(), s,
-                     d_normed.view().as_matrix(p.rows, p.w),
+    r.mlp().backward(r.ctx, r.normed.view().as_matrix(p.rows, p.w).as_const(), dl.view().as_matrix(p.rows, p.w).as_const(), {},
+                     r.scratch(), d_normed.view().as_matrix(p.rows, p.w),
                      {g_gate.view().as_matrix(p.experts, p.w), g_fc.view().as_matrix(p.experts * 2 * p.inter, p.w),
                       g_proj.view().as_matrix(p.experts * p.w, p.inter)});
+    CHECK(download<B, double>(r.ctx, r.aux)[0] == Approx(brute_force_aux(p)).epsilon(1e-12));
     const auto check = [&](std::vector<double> problem::*field, const std::vector<double>& grad, const char* name) {
         INFO(name);
         REQUIRE(grad.size() == (p.*field).size());

@@ -28,9 +28,21 @@ std::vector<grad_case> cases() {
     };
 }
 
+// MoE ><formers (every MLP a mixture of experts, semantics.md section 6): top-2 of 4 experts and
+// top-1 of 3 with GQA. Their objective includes the routers' auxiliary loss.
+std::vector<grad_case> moe_cases() {
+    const auto dims = [](int L, int h, int H, int Hkv, vwt::moe_dims m) { return vwt::model_dims{L, h, H, Hkv, 13, 16, m}; };
+    return {
+        {"MoE x shape, top-2 of 4", vwt::dynamic_schedule(dims(3, 16, 2, 2, {4, 2, 12}), {24, 8, 16}), false, vwt::resize_method::move_up},
+        {"MoE x shape, top-1 of 3, GQA 4/2", vwt::dynamic_schedule(dims(3, 16, 4, 2, {3, 1, 8}), {16, 8, 24}), false,
+         vwt::resize_method::move_up},
+    };
+}
+
 vwt::model_config config_of(const grad_case& g) {
     auto c = g.standard ? vwt::model_config::standard(g.schedule) : vwt::model_config::mup(g.schedule);
     c.resize = g.resize;
+    c.router_aux_loss_coef = 0.3;  // larger than the paper's 0.01, so that its gradient shows
     return c;
 }
 
@@ -59,9 +71,10 @@ struct probe {
     probe(vwt::model_config c, int seqs, vwt::index_t len, int threads = 1) : config(std::move(c)), sequences(seqs), length(len) {
         if constexpr (requires { ctx.threads; }) ctx.threads = threads;
     }
-    // Returns the mean loss; `grad` receives the gradient (added to zeros).
+    // Returns the objective: the mean loss, plus for an MoE model router_aux_loss_coef times the
+    // layers' auxiliary losses; `grad` receives its gradient (added to zeros).
     double operator()(const std::vector<double>& params, const std::vector<int>& tokens, const std::vector<int>& targets,
-                      std::vector<double>* grad = nullptr) const {
+                      std::vector<double>* grad = nullptr, std::vector<double>* aux = nullptr) const {
         using T = typename B::compute_type;
         const std::vector<T> p(params.begin(), params.end());
         const vwt::model<B> m(config, p, ctx);
@@ -69,8 +82,9 @@ struct probe {
         typename B::template buffer<T> g(m.layout().size());
         const std::vector<T> zeros(p.size(), T(0));
         B::upload(ctx, std::span<const T>(zeros), g.view());
-        const double loss = vwt::train::loss_and_gradient(ctx, m, vwt::train::token_batch{tokens, targets, sequences}, ws,
-                                                          m.bind(g.view()));
+        double loss = vwt::train::loss_and_gradient(ctx, m, vwt::train::token_batch{tokens, targets, sequences}, ws, m.bind(g.view()));
+        if (aux) aux->assign(ws.host_aux_losses().begin(), ws.host_aux_losses().end());
+        for (double a : ws.host_aux_losses()) loss += config.router_aux_loss_coef * a;
         if (grad) {
             std::vector<T> host(p.size());
             B::download(ctx, vwt::vector_view<const T, typename B::memory>(g.view()), std::span<T>(host));
@@ -86,7 +100,9 @@ struct probe {
 
 TEMPLATE_TEST_CASE("backward matches central finite differences for every tensor", "", GRADIENT_POLICIES) {
     const std::vector<int> tokens{1, 5, 2, 12, 7, 3}, targets{5, 2, 12, 7, 3, 0};
-    for (const auto& g : cases()) {
+    auto all = cases();
+    for (auto& g : moe_cases()) all.push_back(g);
+    for (const auto& g : all) {
         CAPTURE(g.name);
         const auto c = config_of(g);
         const vwt::parameter_layout layout(c);
@@ -124,9 +140,12 @@ TEMPLATE_TEST_CASE("backward matches central finite differences for every tensor
 
 TEMPLATE_TEST_CASE("the training forward's loss equals cross-entropy of the inference logits", "", GRADIENT_POLICIES) {
     const std::vector<int> tokens{4, 4, 9, 1, 0, 11, 2}, targets{4, 9, 1, 0, 11, 2, 6};
-    for (const auto& g : cases()) {
+    auto all = cases();
+    for (auto& g : moe_cases()) all.push_back(g);
+    for (const auto& g : all) {
         CAPTURE(g.name);
-        const auto c = config_of(g);
+        auto c = config_of(g);
+        c.router_aux_loss_coef = 0;  // the objective is the cross-entropy alone
         const vwt::parameter_layout layout(c);
         const auto p = random_params(c, layout, 5);
         const double loss = probe<TestType>(c, 1, 7)(p, tokens, targets);

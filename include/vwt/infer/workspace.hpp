@@ -38,8 +38,9 @@ public:
         gathered_ = v.subview(residual, gathered);
         head_in_ = v.subview(residual + gathered, head_in);
         logits_ = v.subview(residual + gathered + head_in, logits);
-        scratch_ = plan_.carve(v.subview(residual + gathered + head_in + logits, plan_.total()));
-        integers_ = typename B::template buffer<int>(2 * max_rows);
+        integers_ = typename B::template buffer<int>(2 * max_rows + plan_.int_total());
+        scratch_ = plan_.carve(v.subview(residual + gathered + head_in + logits, plan_.total()),
+                               integers_.view().subview(2 * max_rows, plan_.int_total()));
         host_ids_.reserve(static_cast<std::size_t>(max_rows));
         host_positions_.reserve(static_cast<std::size_t>(max_rows));
         sequences_.reserve(16);
@@ -58,6 +59,9 @@ public:
     // The same rows as one contiguous vector (for a download).
     vector_view<T, M> logits_vector(index_t rows) const { return logits_.subview(0, rows * vocab_); }
     vector_view<int, M> ids(index_t rows) { return integers_.view().subview(0, rows); }
+    // MoE models: every layer's expert offsets of the last pass, layer i's E + 1 at i (E + 1); the
+    // tokens (times experts per token) each expert took are their differences. Empty if dense.
+    vector_view<const int, M> expert_offsets() const { return scratch_.expert_offsets; }
     vector_view<int, M> positions(index_t rows) { return integers_.view().subview(max_rows_, rows); }
 
     // Host staging, reserved for max_rows entries (cleared and refilled by each pass).

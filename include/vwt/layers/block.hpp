@@ -10,6 +10,7 @@
 
 #include "../model/config.hpp"
 #include "attention.hpp"
+#include "moe_shape.hpp"
 #include "rmsnorm.hpp"
 #include "swiglu.hpp"
 
@@ -29,10 +30,14 @@ struct block_hyper {
     int kv_heads = 0;
     double attention_scale = 0, m_residual = 1, norm_eps = 1e-5, rope_theta = 10000;
     swiglu_layout mlp = swiglu_layout::split;
+    moe_shape moe{};           // MoE layers: the experts; experts == 0 in a dense model
+    double router_aux_coef = 0;  // MoE layers: the auxiliary loss's weight in training
 };
 
 inline block_hyper hyper_of(const model_config& c, int layer) {
-    return {layer, c.schedule.dims.kv_heads, c.attention_scale(layer), c.m_residual, c.norm_eps, c.rope_theta, c.mlp};
+    block_hyper h{layer, c.schedule.dims.kv_heads, c.attention_scale(layer), c.m_residual, c.norm_eps, c.rope_theta, c.mlp};
+    if (c.schedule.dims.moe.enabled()) h.moe = moe_shape_of(c.schedule, layer), h.router_aux_coef = c.router_aux_loss_coef;
+    return h;
 }
 
 template <class B, layer_width Width, template <class, class> class Mlp = swiglu_mlp>
@@ -69,7 +74,7 @@ public:
           ln_1_{w.ln_1, T(hp.norm_eps)},
           ln_2_{w.ln_2, T(hp.norm_eps)},
           attn_{w.attn, width, hp.kv_heads, T(hp.attention_scale), T(hp.m_residual), rope<B>{hp.rope_theta}},
-          mlp_{w.mlp, width, hp.mlp, T(hp.m_residual)} {}
+          mlp_(make_mlp(w.mlp, width, hp)) {}
 
     int width() const { return width_.value(); }
     int layer() const { return layer_; }
@@ -119,6 +124,14 @@ public:
     }
 
 private:
+    // The dense MLP from the layout and the residual multiplier; an MoE MLP also from its shape.
+    static mlp_type make_mlp(typename mlp_type::template tensors<const typename B::weight_type> w, Width width, const block_hyper& hp) {
+        if constexpr (requires(const mlp_type& m) { m.shape; })
+            return mlp_type{w, width, hp.moe, hp.mlp, T(hp.m_residual), hp.layer, T(hp.router_aux_coef)};
+        else
+            return mlp_type{w, width, hp.mlp, T(hp.m_residual)};
+    }
+
     Width width_;
     int layer_ = 0;
     rmsnorm<B> ln_1_, ln_2_;

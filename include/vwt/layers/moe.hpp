@@ -4,10 +4,14 @@
 // expert_s(x) to the layer's columns, each expert a SwiGLU with its own intermediate size.
 // Tokens are permuted by expert (the policy's moe_route), so each projection is one product
 // grouped by expert over weights stacked on a leading expert axis; forward and backward side by
-// side, the router's gradient included. (The auxiliary load-balancing loss is the trainer's.)
+// side, the router's gradient included, and in training the router's auxiliary load-balancing loss
+// (its value per layer for the trainer's log, its gradient into the router's).
 #pragma once
 
 #include "../backend/policy.hpp"
+#include "../params/layout.hpp"
+#include "moe_shape.hpp"
+#include "scratch.hpp"
 #include "width.hpp"
 
 namespace vwt {
@@ -19,12 +23,11 @@ struct moe_tensors {
     matrix_view<E, M> gate;
     matrix_view<E, M> c_fc;
     matrix_view<E, M> c_proj;
-};
-
-struct moe_shape {
-    int experts = 0;
-    int experts_per_token = 0;
-    index_t inter = 0;  // the experts' intermediate size at this layer's width
+    static moe_tensors bind(const tensor_binder<E, M>& b, int layer) {
+        const auto p = layer_prefix(layer);
+        return {b.matrix(p + "mlp_block.gate.weight"), b.stacked_matrix(p + "mlp_block.c_fc.weight"),
+                b.stacked_matrix(p + "mlp_block.c_proj.weight")};
+    }
 };
 
 template <class B, layer_width Width>
@@ -39,49 +42,25 @@ struct moe_mlp {
     template <class U>
     using vec = vector_view<U, M>;
 
-    // Views for one pass over `rows` tokens (R) and their R k (token, expert) pairs: carved by
-    // carve() from a compute-type buffer of elements() and an int buffer of int_elements().
+    // What backward keeps from forward: nothing (it recomputes the routing and the experts).
+    struct saved {
+        static index_t elements(index_t, const Width&) { return 0; }
+        static saved carve(vec<T>, index_t, const Width&) { return {}; }
+    };
+
+    // Views for one pass over `rows` tokens (R) and their R k (token, expert) pairs, carved from
+    // the layers' scratch (layer_scratch's moe, moe_pairs, expert_offsets, moe_aux).
     struct scratch {
         mat<T> logits;               // R x E
         vec<T> weights;              // R k
         vec<int> experts, order;     // R k
-        vec<int> offsets;            // E + 1
+        vec<int> offsets;            // E + 1: this layer's in expert_offsets
         mat<T> gathered, fused, act, out;  // R k x (w, 2I, I, w)
         // backward
         vec<T> d_weights;            // R k
         mat<T> d_logits;             // R x E
         mat<T> d_out, d_fused, d_act, d_gathered;
-
-        static index_t elements(index_t rows, const Width& w, const moe_shape& m, bool backward) {
-            const index_t pairs = rows * m.experts_per_token, fwd = rows * m.experts + pairs * (1 + 2 * w.value() + 3 * m.inter);
-            return backward ? 2 * fwd : fwd;
-        }
-        static index_t int_elements(index_t rows, const moe_shape& m) { return 2 * rows * m.experts_per_token + m.experts + 1; }
-        static scratch carve(vec<T> memory, vec<int> ints, index_t rows, const Width& width, const moe_shape& m, bool backward) {
-            if (memory.size() < elements(rows, width, m, backward) || ints.size() < int_elements(rows, m))
-                detail::fail("moe scratch: ", memory.size(), " and ", ints.size(), " elements for ", elements(rows, width, m, backward),
-                             " and ", int_elements(rows, m));
-            const index_t pairs = rows * m.experts_per_token, w = width.value();
-            index_t at = 0;
-            const auto take = [&](index_t r, index_t c) {
-                auto v = memory.subview(at, r * c).as_matrix(r, c);
-                at += r * c;
-                return v;
-            };
-            scratch s;
-            s.logits = take(rows, m.experts);
-            s.weights = memory.subview(at, pairs);
-            at += pairs;
-            s.gathered = take(pairs, w), s.fused = take(pairs, 2 * m.inter), s.act = take(pairs, m.inter), s.out = take(pairs, w);
-            if (backward) {
-                s.d_weights = memory.subview(at, pairs);
-                at += pairs;
-                s.d_logits = take(rows, m.experts);
-                s.d_out = take(pairs, w), s.d_fused = take(pairs, 2 * m.inter), s.d_act = take(pairs, m.inter), s.d_gathered = take(pairs, w);
-            }
-            s.experts = ints.subview(0, pairs), s.order = ints.subview(pairs, pairs), s.offsets = ints.subview(2 * pairs, m.experts + 1);
-            return s;
-        }
+        vec<double> aux;             // this layer's auxiliary loss (empty: none is computed)
     };
 
     tensors<const typename B::weight_type> weights;
@@ -89,23 +68,61 @@ struct moe_mlp {
     moe_shape shape;
     swiglu_layout layout = swiglu_layout::split;
     T residual = T(1);  // m_residual
+    int layer = 0;      // which E + 1 of the scratch's expert_offsets and which moe_aux entry are this layer's
+    T aux_coef = T(0);  // router_aux_loss_coef: the auxiliary loss's weight in training
+
+    scratch carve(const layer_scratch<B>& ls, index_t rows, bool backward) const {
+        const index_t pairs = rows * shape.experts_per_token, w = width.value(), E = shape.experts;
+        if (ls.moe.size() < shape.scratch_elements(rows, w, backward) || ls.moe_pairs.size() < shape.scratch_ints(rows) ||
+            ls.expert_offsets.size() < (layer + 1) * (E + 1))
+            detail::fail("moe layer ", layer, ": the scratch holds ", ls.moe.size(), ", ", ls.moe_pairs.size(), " and ",
+                         ls.expert_offsets.size(), " elements for ", shape.scratch_elements(rows, w, backward), ", ",
+                         shape.scratch_ints(rows), " and ", (layer + 1) * (E + 1));
+        index_t at = 0;
+        const auto take = [&](index_t r, index_t c) {
+            auto v = ls.moe.subview(at, r * c).as_matrix(r, c);
+            at += r * c;
+            return v;
+        };
+        scratch s;
+        s.logits = take(rows, E);
+        s.weights = ls.moe.subview(at, pairs);
+        at += pairs;
+        s.gathered = take(pairs, w), s.fused = take(pairs, 2 * shape.inter), s.act = take(pairs, shape.inter), s.out = take(pairs, w);
+        if (backward) {
+            s.d_weights = ls.moe.subview(at, pairs);
+            at += pairs;
+            s.d_logits = take(rows, E);
+            s.d_out = take(pairs, w), s.d_fused = take(pairs, 2 * shape.inter), s.d_act = take(pairs, shape.inter);
+            s.d_gathered = take(pairs, w);
+            if (ls.moe_aux.size() > layer) s.aux = ls.moe_aux.subview(layer, 1);
+        }
+        s.experts = ls.moe_pairs.subview(0, pairs), s.order = ls.moe_pairs.subview(pairs, pairs);
+        s.offsets = ls.expert_offsets.subview(layer * (E + 1), E + 1);
+        return s;
+    }
 
     // layer += residual * sum over each token's experts of weight * c_proj_e swiglu(c_fc_e normed)
     template <index_t C>
-    void forward(const typename B::context& ctx, mat<const T, C> normed, mat<T, C> layer, const scratch& s) const {
+    void forward(const typename B::context& ctx, mat<const T, C> normed, mat<T, C> layer_cols, const layer_scratch<B>& ls,
+                 const saved* = nullptr) const {
         const index_t pairs = normed.rows() * shape.experts_per_token;
+        const auto s = carve(ls, normed.rows(), false);
         run_experts(ctx, normed, s);
         B::scatter_add_rows(ctx, s.out.rows_range(0, pairs).as_const(), vec<const int>(s.order.subview(0, pairs)), shape.experts_per_token,
-                            vec<const T>(s.weights.subview(0, pairs)), mat<T>(layer), residual);
+                            vec<const T>(s.weights.subview(0, pairs)), mat<T>(layer_cols), residual);
     }
 
     // d_layer: the gradient of the layer's columns after this MLP. Writes d_normed (the gradient
     // of the MLP's input) and adds the weight gradients into grads. Recomputes the forward
-    // (routing, expert activations) from normed first: nothing is kept between the passes.
+    // (routing, expert activations) from normed first: nothing is kept between the passes. With an
+    // aux entry in the scratch (training), also the auxiliary loss of these tokens: its value into
+    // the scratch's moe_aux[layer], aux_coef times its gradient into the router's.
     template <index_t C>
-    void backward(const typename B::context& ctx, mat<const T, C> normed, mat<const T, C> d_layer, const scratch& s, mat<T, C> d_normed,
-                  tensors<T> grads) const {
+    void backward(const typename B::context& ctx, mat<const T, C> normed, mat<const T, C> d_layer, const saved&, const layer_scratch<B>& ls,
+                  mat<T, C> d_normed, tensors<T> grads) const {
         const index_t rows = normed.rows(), pairs = rows * shape.experts_per_token;
+        const auto s = carve(ls, rows, true);
         const int k = shape.experts_per_token;
         run_experts(ctx, normed, s);
         const vec<const int> offsets = s.offsets;
@@ -129,6 +146,9 @@ struct moe_mlp {
         const auto d_logits = s.d_logits.rows_range(0, rows);
         B::moe_route_backward(ctx, vec<const int>(s.experts.subview(0, pairs)), vec<const T>(s.weights.subview(0, pairs)),
                               vec<const T>(s.d_weights.subview(0, pairs)), d_logits);
+        if (!s.aux.empty())
+            B::moe_aux_loss(ctx, s.logits.rows_range(0, rows).as_const(), vec<const int>(s.experts.subview(0, pairs)), aux_coef, d_logits,
+                            s.aux);
         B::matmul_tn(ctx, d_logits.as_const(), mat<const T>(normed), grads.gate, T(1), T(1));
         B::matmul_nn(ctx, d_logits.as_const(), weights.gate, mat<T>(d_normed));
         B::scatter_add_rows(ctx, d_gathered.as_const(), order, k, vec<const T>(), mat<T>(d_normed), T(1));

@@ -7,17 +7,26 @@
 
 #include "../backend/policy.hpp"
 #include "../schedule/schedule.hpp"
+#include "moe_shape.hpp"
 
 namespace vwt {
 
 template <class B>
 struct layer_scratch {
     using T = typename B::compute_type;
-    using vec = vector_view<T, typename B::memory>;
+    using M = typename B::memory;
+    using vec = vector_view<T, M>;
     // forward
     vec normed, qkv, q, attn, fused, act, attention;
     // backward (empty in an inference workspace)
     vec d_normed, d_act, d_fused, d_attn, dq, dk, dv, norm, attention_backward;
+    // MoE models (empty otherwise): one layer's routing and expert scratch (moe: compute type,
+    // moe_pairs: integers), every layer's expert offsets of the last pass (layer i's E + 1 at
+    // i (E + 1): tokens per expert are their differences), and in training every layer's auxiliary
+    // loss of the last backward.
+    vec moe;
+    vector_view<int, M> moe_pairs, expert_offsets;
+    vector_view<double, M> moe_aux;
 };
 
 struct scratch_request {
@@ -37,11 +46,19 @@ public:
         const index_t widest = std::max<index_t>(s.residual_width, w);
         sizes_[normed] = R * widest;
         sizes_[qkv] = R * (H + 2 * Hkv) * d;
-        sizes_[act] = R * 4 * w;
+        const bool moe = s.dims.moe.enabled();
+        sizes_[act] = moe ? 0 : R * 4 * w;
         // Training keeps q, the attention output and the fused MLP input in its saved activations.
         if (!r.backward) {
             sizes_[q] = sizes_[attn] = R * H * d;
-            sizes_[fused] = R * 8 * w;
+            sizes_[fused] = moe ? 0 : R * 8 * w;
+        }
+        if (moe) {
+            for (int i = 0; i < s.layers(); ++i)
+                sizes_[moe_experts] = std::max(sizes_[moe_experts], moe_shape_of(s, i).scratch_elements(R, s.width(i), r.backward));
+            pair_ints_ = moe_shape_of(s, 0).scratch_ints(R);
+            offset_ints_ = static_cast<index_t>(s.layers()) * (s.dims.moe.experts + 1);
+            aux_doubles_ = r.backward ? s.layers() : 0;
         }
         for (int i = 0; i < s.layers(); ++i) {
             const attention_shape<> shape{static_cast<int>(H), static_cast<int>(Hkv), extent<dynamic_extent>(s.head_dim(i))};
@@ -52,8 +69,8 @@ public:
         }
         if (r.backward) {
             sizes_[d_normed] = R * widest;
-            sizes_[d_act] = R * 4 * w;
-            sizes_[d_fused] = R * 8 * w;
+            sizes_[d_act] = moe ? 0 : R * 4 * w;
+            sizes_[d_fused] = moe ? 0 : R * 8 * w;
             sizes_[d_attn] = sizes_[dq] = R * H * d;
             sizes_[dk] = sizes_[dv] = R * Hkv * d;
             sizes_[norm] = B::rmsnorm_backward_scratch(ctx, R, widest);
@@ -65,8 +82,15 @@ public:
         for (index_t s : sizes_) n += padded(s);
         return n;
     }
-    layer_scratch<B> carve(vector_view<typename B::compute_type, typename B::memory> buffer) const {
-        if (buffer.size() < total()) detail::fail("layer scratch: ", buffer.size(), " elements, ", total(), " needed");
+    // Integers and doubles (MoE models only; 0 otherwise).
+    index_t int_total() const { return pair_ints_ + offset_ints_; }
+    index_t double_total() const { return aux_doubles_; }
+
+    layer_scratch<B> carve(vector_view<typename B::compute_type, typename B::memory> buffer, vector_view<int, typename B::memory> ints = {},
+                           vector_view<double, typename B::memory> doubles = {}) const {
+        if (buffer.size() < total() || ints.size() < int_total() || doubles.size() < double_total())
+            detail::fail("layer scratch: ", buffer.size(), ", ", ints.size(), " and ", doubles.size(), " elements, ", total(), ", ",
+                         int_total(), " and ", double_total(), " needed");
         layer_scratch<B> s;
         index_t at = 0;
         const auto take = [&](field f) {
@@ -78,14 +102,20 @@ public:
         s.act = take(act), s.attention = take(attention);
         s.d_normed = take(d_normed), s.d_act = take(d_act), s.d_fused = take(d_fused), s.d_attn = take(d_attn);
         s.dq = take(dq), s.dk = take(dk), s.dv = take(dv), s.norm = take(norm), s.attention_backward = take(attention_backward);
+        s.moe = take(moe_experts);
+        if (int_total() > 0) s.moe_pairs = ints.subview(0, pair_ints_), s.expert_offsets = ints.subview(pair_ints_, offset_ints_);
+        if (aux_doubles_ > 0) s.moe_aux = doubles.subview(0, aux_doubles_);
         return s;
     }
 
 private:
-    enum field { normed, qkv, q, attn, fused, act, attention, d_normed, d_act, d_fused, d_attn, dq, dk, dv, norm, attention_backward, count };
+    enum field {
+        normed, qkv, q, attn, fused, act, attention, d_normed, d_act, d_fused, d_attn, dq, dk, dv, norm, attention_backward, moe_experts, count
+    };
     // Every view starts on a 64-byte boundary of an aligned buffer (16 floats or 8 doubles).
     static index_t padded(index_t n) { return (n + 15) / 16 * 16; }
     index_t sizes_[count] = {};
+    index_t pair_ints_ = 0, offset_ints_ = 0, aux_doubles_ = 0;
 };
 
 }  // namespace vwt

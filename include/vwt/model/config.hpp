@@ -38,6 +38,9 @@ struct model_config {
     // Per-layer attention score multipliers as a checkpoint states them (the authors'
     // `attention_multiplier`); empty: derived from the parametrisation (1/d or 1/sqrt(d)).
     std::vector<double> attention_multipliers{};
+    // MoE models: the weight of the routers' auxiliary load-balancing loss in training (the
+    // authors' router_aux_loss_coef; moe_1b3b: 0.01).
+    double router_aux_loss_coef = 0.01;
     int bos_token_id = -1;  // special ids; -1: the model has none
     int eos_token_id = -1;
     int pad_token_id = -1;

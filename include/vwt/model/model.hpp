@@ -8,6 +8,7 @@
 #include <span>
 #include <tuple>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "../infer/kv_cache.hpp"
@@ -15,6 +16,7 @@
 #include "../layers/block.hpp"
 #include "../layers/embedding.hpp"
 #include "../layers/head.hpp"
+#include "../layers/moe.hpp"
 #include "../layers/resize.hpp"
 #include "../params/layout.hpp"
 #include "config.hpp"
@@ -33,13 +35,23 @@ enum class logits_mode {
     all,   // one row per input token (scoring, parity checks)
 };
 
+// One block's tensors, dense (SwiGLU MLP) or MoE.
+template <class E, memory_space M>
+using any_block_tensors = std::variant<block_tensors<E, M, swiglu_tensors<E, M>>, block_tensors<E, M, moe_tensors<E, M>>>;
+
 // Every tensor of a model over one element type: bound from a buffer laid out like the
 // parameters (the parameters themselves, or gradients).
 template <class E, memory_space M>
 struct model_tensors {
     embedding_tensors<E, M> embedding;
-    std::vector<block_tensors<E, M, swiglu_tensors<E, M>>> blocks;
+    std::vector<any_block_tensors<E, M>> blocks;
     head_tensors<E, M> head;
+
+    // Block b's tensors, as its type takes them.
+    template <class Block>
+    const typename Block::template tensors<E>& of(const Block& b) const {
+        return std::get<typename Block::template tensors<E>>(blocks.at(static_cast<std::size_t>(b.layer())));
+    }
 };
 
 // Parameters that live in memory the model does not own (weights used in place from a mapped
@@ -89,9 +101,14 @@ public:
     model_tensors<E, M> bind(vector_view<E, M> buffer) const {
         const tensor_binder<E, M> b(layout_, buffer);
         model_tensors<E, M> t{embedding_tensors<E, M>::bind(b), {}, head_tensors<E, M>::bind(b)};
-        for (int i = 0; i < schedule().layers(); ++i)
-            t.blocks.push_back({b.vector(layer_prefix(i) + "ln_1.weight"), attention_tensors<E, M>::bind(b, i),
-                                b.vector(layer_prefix(i) + "ln_2.weight"), swiglu_tensors<E, M>::bind(b, i)});
+        for (int i = 0; i < schedule().layers(); ++i) {
+            const auto ln_1 = b.vector(layer_prefix(i) + "ln_1.weight"), ln_2 = b.vector(layer_prefix(i) + "ln_2.weight");
+            const auto attn = attention_tensors<E, M>::bind(b, i);
+            if (schedule().dims.moe.enabled())
+                t.blocks.emplace_back(block_tensors<E, M, moe_tensors<E, M>>{ln_1, attn, ln_2, moe_tensors<E, M>::bind(b, i)});
+            else
+                t.blocks.emplace_back(block_tensors<E, M, swiglu_tensors<E, M>>{ln_1, attn, ln_2, swiglu_tensors<E, M>::bind(b, i)});
+        }
         return t;
     }
 
@@ -214,9 +231,6 @@ protected:
     }
 
     void check_count(std::int64_t items) const {
-        if (config_.schedule.dims.moe.enabled())
-            vwt::detail::fail("model: MoE layers (", config_.schedule.dims.moe.experts,
-                              " experts) are not wired into the model yet; the layer is vwt::moe_mlp");
         constexpr index_t per_item = elements_per_item<W>;  // 32 weights per q8 block
         if (items * per_item != layout_.size())
             vwt::detail::fail("model: ", items * per_item, " parameters given, the schedule needs ", layout_.size());
@@ -258,13 +272,26 @@ protected:
 
 }  // namespace detail
 
-// A model whose schedule is known only at run time (e.g. read from a checkpoint).
+namespace detail {
+// The blocks of a run-time model: dense, or MoE where the policy has the MoE ops.
+template <class B>
+struct block_lists {
+    using type = std::variant<std::vector<block<B, dynamic_width>>>;
+};
+template <moe_backend_policy B>
+struct block_lists<B> {
+    using type = std::variant<std::vector<block<B, dynamic_width>>, std::vector<block<B, dynamic_width, moe_mlp>>>;
+};
+}  // namespace detail
+
+// A model whose schedule is known only at run time (e.g. read from a checkpoint): dense, or an
+// MoE model (every MLP a mixture of experts) on a policy with the MoE ops.
 template <class B>
 class model : public detail::model_core<B, model<B>> {
     using core = detail::model_core<B, model<B>>;
 
 public:
-    using block_type = block<B, dynamic_width>;
+    using block_type = block<B, dynamic_width>;  // a dense model's blocks
     using typename core::context;
     using typename core::W;
 
@@ -277,19 +304,36 @@ public:
 
     template <class F>
     void for_each_block(F&& f) const {
-        for (const auto& b : blocks_) f(b);
+        std::visit([&](const auto& blocks) {
+            for (const auto& b : blocks) f(b);
+        }, blocks_);
     }
     template <class F>
     void for_each_block_reversed(F&& f) const {
-        for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) f(*it);
+        std::visit([&](const auto& blocks) {
+            for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) f(*it);
+        }, blocks_);
     }
 
 private:
+    using block_lists = typename detail::block_lists<B>::type;
+
     void make_blocks() {
-        for (int i = 0; i < this->schedule().layers(); ++i)
-            blocks_.push_back(this->template make_block<block_type>(i, dynamic_width(this->schedule().width(i), this->schedule().dims.heads)));
+        const auto& s = this->schedule();
+        if (!s.dims.moe.enabled()) return blocks_ = fill<block_type>(), void();
+        if constexpr (std::variant_size_v<block_lists> == 2)
+            blocks_ = fill<block<B, dynamic_width, moe_mlp>>();
+        else
+            vwt::detail::fail("model: the schedule's MLPs are mixtures of experts, which this backend policy does not implement");
     }
-    std::vector<block_type> blocks_;
+    template <class Block>
+    std::vector<Block> fill() const {
+        std::vector<Block> blocks;
+        for (int i = 0; i < this->schedule().layers(); ++i)
+            blocks.push_back(this->template make_block<Block>(i, dynamic_width(this->schedule().width(i), this->schedule().dims.heads)));
+        return blocks;
+    }
+    block_lists blocks_;
 };
 
 // A model of a compile-time schedule S: its blocks are a std::tuple of fixed-width blocks (the
@@ -300,6 +344,7 @@ class static_model : public detail::model_core<B, static_model<B, S>> {
     using core = detail::model_core<B, static_model<B, S>>;
     static constexpr std::size_t L = decltype(S)::static_layers;
     static_assert(L != dynamic, "static_model needs a fixed-size vwt::schedule<L>");
+    static_assert(!S.dims.moe.enabled(), "static_model holds dense schedules; an MoE schedule runs as vwt::model");
 
     template <std::size_t I>
     using width_of = fixed_width<S.widths[I], S.dims.heads>;

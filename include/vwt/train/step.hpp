@@ -57,9 +57,11 @@ public:
         };
         x_ = take(residual), dx_ = take(residual), head_in_ = take(head), d_head_in_ = take(head), logits_ = take(logits);
         saved_ = take(activations_);
-        scratch_ = plan.carve(take(plan.total()));
-        integers_ = typename B::template buffer<int>(3 * rows_);
-        losses_ = typename B::template buffer<double>(rows_);
+        integers_ = typename B::template buffer<int>(3 * rows_ + plan.int_total());
+        doubles_ = typename B::template buffer<double>(rows_ + plan.double_total());
+        scratch_ = plan.carve(take(plan.total()), integers_.view().subview(3 * rows_, plan.int_total()),
+                              doubles_.view().subview(rows_, plan.double_total()));
+        if (plan.double_total() > 0) host_aux_.resize(static_cast<std::size_t>(plan.double_total()));
         host_losses_.resize(static_cast<std::size_t>(rows_));
         host_positions_.resize(static_cast<std::size_t>(rows_));
         for (index_t r = 0; r < rows_; ++r) host_positions_[static_cast<std::size_t>(r)] = static_cast<int>(r % length);
@@ -84,7 +86,9 @@ public:
     vector_view<int, M> ids() { return integers_.view().subview(0, rows_); }
     vector_view<int, M> targets() { return integers_.view().subview(rows_, rows_); }
     vector_view<int, M> positions() { return integers_.view().subview(2 * rows_, rows_); }
-    vector_view<double, M> losses() { return losses_.view(); }
+    vector_view<double, M> losses() { return doubles_.view().subview(0, rows_); }
+    // MoE models: every layer's auxiliary loss of the last backward, on the host (empty if dense).
+    std::span<double> host_aux_losses() { return host_aux_; }
     std::span<double> host_losses() { return host_losses_; }
     std::span<const int> host_positions() const { return host_positions_; }
     std::span<const sequence_rows> sequence_list() const { return sequences_rows_; }
@@ -95,16 +99,19 @@ private:
     std::vector<index_t> saved_offsets_;
     typename B::template buffer<T> memory_;
     typename B::template buffer<int> integers_;
-    typename B::template buffer<double> losses_;
+    typename B::template buffer<double> doubles_;  // per-row losses, then the MoE layers' auxiliary losses
     vector_view<T, M> x_, dx_, head_in_, d_head_in_, logits_, saved_;
     layer_scratch<B> scratch_;
-    std::vector<double> host_losses_;
+    std::vector<double> host_losses_, host_aux_;
     std::vector<int> host_positions_;
     std::vector<sequence_rows> sequences_rows_;
 };
 
 // Adds d(mean loss)/d(params) over the batch's B*T predictions into `grads` (bound from a buffer
 // laid out like the parameters) and returns that mean loss. `ctx` sets the threads (or stream).
+// An MoE model's objective adds router_aux_loss_coef times the sum of its layers' auxiliary
+// losses (semantics.md section 6), whose gradient is added too; the return value stays the mean
+// next-token loss, and ws.host_aux_losses() holds each layer's auxiliary loss afterwards.
 template <class Model>
 double loss_and_gradient(const typename Model::context& ctx, const Model& m, const token_batch& batch,
                          step_workspace<typename Model::backend>& ws,
@@ -151,10 +158,12 @@ double loss_and_gradient(const typename Model::context& ctx, const Model& m, con
                             ws.scratch().norm, grads.head);
     m.for_each_block_reversed([&](const auto& b) {
         const auto kept = b.carve_saved(ws.saved_memory(b.layer()), rows);
-        b.backward(ctx, dx, seqs, positions, kept, ws.scratch(), grads.blocks[static_cast<std::size_t>(b.layer())]);
+        b.backward(ctx, dx, seqs, positions, kept, ws.scratch(), grads.of(b));
         resize.template before_layer_backward<B>(ctx, dx, b.layer());
     });
     m.embedding_layer().backward(ctx, dx, ids, grads.embedding);
+    if (!ws.host_aux_losses().empty())
+        B::download(ctx, vector_view<const double, typename B::memory>(ws.scratch().moe_aux), ws.host_aux_losses());
     return loss / static_cast<double>(rows);
 }
 
