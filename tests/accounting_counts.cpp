@@ -175,8 +175,13 @@ TEST_CASE("MoE parameter layout: the authors' stacked tensors, in order, summing
             CHECK(vwt::train::group_of(c, layout.at(p + t)).decay);
         }
     }
-    // until the model takes MoE blocks, building one or writing its config is a clear error
+    // the model binds exactly these tensors: one MoE block per layer over the stacked experts
     std::vector<float> params(static_cast<std::size_t>(layout.size()), 0.0f);
-    CHECK_THROWS_WITH(vwt::model<vwt::cpu::backend<float>>(c, params), Catch::Contains("MoE layers (4 experts) are not wired into the model"));
-    CHECK_THROWS_WITH(vwt::io::config_to_json(c), Catch::Contains("MoE schedules are not written yet"));
+    const vwt::model<vwt::cpu::backend<float>> m(c, params);
+    int blocks = 0;
+    m.for_each_block([&](const auto& b) {
+        CHECK(std::is_same_v<typename std::decay_t<decltype(b)>::mlp_type, vwt::moe_mlp<vwt::cpu::backend<float>, vwt::dynamic_width>>);
+        CHECK(b.width() == s.width(blocks++));
+    });
+    CHECK(blocks == s.layers());
 }

@@ -227,8 +227,9 @@ TEST_CASE("model directories: bad configs and mismatched tensors are named") {
         rejects_config([](auto& j) { j["m_width"] = 0; }, "field 'm_width' is 0, outside");
         rejects_config([](auto& j) { j["bos_token_id"] = 300; }, "field 'bos_token_id' is 300, above the limit of 257");
         // What vwt does not implement is refused, not ignored (lm_engine's defaults count).
-        rejects_config([](auto& j) { j["mlp_blocks"][2]["mlp_type"] = "MoE"; }, "'mlp_blocks[2].mlp_type' is 'MoE': MoE layers are not implemented");
-        rejects_config([](auto& j) { j["mlp_blocks"][2]["mlp_type"] = "Energy"; }, "field 'mlp_blocks[2].mlp_type' is 'Energy'; vwt implements MLP");
+        rejects_config([](auto& j) { j["mlp_blocks"][2]["mlp_type"] = "MoE"; },
+                       "'mlp_blocks[2].mlp_type' differs from layer 0's; vwt needs every MLP dense or every MLP MoE");
+        rejects_config([](auto& j) { j["mlp_blocks"][2]["mlp_type"] = "Energy"; }, "field 'mlp_blocks[2].mlp_type' is 'Energy'; vwt implements MLP, MoE");
         rejects_config([](auto& j) { j["mlp_blocks"][0]["activation_function"] = "gelu"; },
                        "field 'mlp_blocks[0].activation_function' is 'gelu'; vwt implements swiglu");
         rejects_config([](auto& j) { j["mlp_blocks"][0].erase("activation_function"); },
@@ -462,5 +463,67 @@ TEST_CASE("q8 weights load from a file tensor by tensor as convert_parameters qu
     const auto q = vwt::io::load_model<q8_backend>(dir);
     CHECK_FALSE(q.borrows_parameters());
     CHECK(logits_of(q) == logits_of(vwt::model<q8_backend>(config, vwt::convert_parameters<vwt::q8_block>(layout, stored))));
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("MoE model directories: the authors' fields round-trip, the weights load, bad MoE fields are named") {
+    using B = vwt::cpu::backend<double>;
+    const auto dir = std::filesystem::temp_directory_path() / "vwt_moe_model";
+    std::filesystem::remove_all(dir);
+    auto dims = vwt::presets::tiny_l6.dims;
+    dims.moe = {6, 2, 64};
+    auto config = vwt::model_config::mup(vwt::dynamic_schedule(dims, {144, 88, 48, 32, 64, 144}));
+    config.router_aux_loss_coef = 0.02;
+    const vwt::parameter_layout layout(config);
+    std::vector<float> params;
+    vwt::initialize_parameters(config, layout, 3, params);
+    vwt::io::save_model_dir(dir, config, params, vwt::io::dtype::f32);
+
+    const auto j = vwt::io::config_to_json(config);
+    CHECK(j["moe_intermediate_size"] == 64);
+    CHECK(j["router_aux_loss_coef"] == 0.02);
+    CHECK(j["mlp_blocks"][0]["mlp_type"] == "MoE");
+    CHECK(j["mlp_blocks"][0]["num_experts"] == 6);
+    CHECK(j["mlp_blocks"][0]["num_experts_per_tok"] == 2);
+    CHECK(j["mlp_blocks"][1]["intermediate_size"] == 59);  // round(88 x 64 / 96) = round(58.67)
+    CHECK(j["mlp_blocks"][3]["intermediate_size"] == 21);  // round(32 x 64 / 96) = round(21.33)
+    const auto back = vwt::io::read_model_config(dir);
+    CHECK(back.schedule == config.schedule);
+    CHECK(back.router_aux_loss_coef == 0.02);
+
+    // The loaded model's logits equal those of the model built from the saved parameters.
+    const std::vector<double> p64(params.begin(), params.end());
+    const vwt::model<B> built(config, p64);
+    const auto loaded = vwt::io::load_model<B>(dir);
+    const std::vector<int> tokens{3, 17, 250, 9};
+    auto c1 = built.make_cache(8), c2 = loaded.make_cache(8);
+    const vwt::sequence_input<B> in1{&c1, tokens}, in2{&c2, tokens};
+    const auto a = built.forward({}, std::span(&in1, 1), vwt::logits_mode::all), b = loaded.forward({}, std::span(&in2, 1), vwt::logits_mode::all);
+    CHECK(a == b);
+
+    // The authors' yml form: intermediate_size -1 (derived), shared_intermediate_size -1.
+    auto yml = j;
+    for (auto& m : yml["mlp_blocks"]) m["intermediate_size"] = -1, m["shared_intermediate_size"] = -1;
+    CHECK(vwt::io::config_from_json(yml, "c.json").schedule == config.schedule);
+
+    const auto rejects = [&](const auto& change, const std::string& message) {
+        auto bad = j;
+        change(bad);
+        CHECK_THROWS_WITH(vwt::io::config_from_json(bad, "moe.json"), Contains("moe.json") && Contains(message));
+    };
+    rejects([](auto& c) { c.erase("moe_intermediate_size"); }, "missing field 'moe_intermediate_size'");
+    rejects([](auto& c) { c["mlp_blocks"][1]["intermediate_size"] = 60; },
+            "'mlp_blocks[1].intermediate_size' is 60; the MoE experts' size at width 88 is round(88 x moe_intermediate_size 64 / hidden_size 96) = 59");
+    rejects([](auto& c) { c["mlp_blocks"][2]["num_experts"] = 5; }, "experts differ between layers");
+    rejects([](auto& c) { c["mlp_blocks"][0]["num_experts_per_tok"] = 7; }, "'mlp_blocks[0].num_experts_per_tok' is 7, above the limit of 6");
+    rejects([](auto& c) { c["mlp_blocks"][4]["shared_intermediate_size"] = 128; }, "shared experts are not implemented");
+    rejects([](auto& c) { c["moe_shared_intermediate_size"] = 128; }, "shared experts are not implemented");
+    rejects([](auto& c) { c["mlp_blocks"][3]["mlp_type"] = "MLP"; }, "'mlp_blocks[3].mlp_type' differs from layer 0's");
+    rejects(
+        [](auto& c) {
+            c["moe_intermediate_size"] = 1;
+            for (auto& m : c["mlp_blocks"]) m["intermediate_size"] = -1;
+        },
+        "layer 2 of width 48 is too narrow for experts: round(48 x moe_intermediate_size 1 / hidden_size 96) is 0");
     std::filesystem::remove_all(dir);
 }

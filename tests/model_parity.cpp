@@ -91,7 +91,7 @@ TEST_CASE("a checkpoint in the authors' layout (sharded, bf16, their whole confi
 }
 
 TEST_CASE("incremental decode equals the full forward") {
-    for (const char* name : {"x_tiny_l8", "x_gqa", "x_narrow_ends", "x_zero_resize"}) {
+    for (const char* name : {"x_tiny_l8", "x_gqa", "x_narrow_ends", "x_zero_resize", "moe_x_top3", "moe_x_gqa_top2"}) {
         CAPTURE(name);
         const auto m = load(name);
         std::vector<int> tokens;
@@ -114,17 +114,20 @@ TEST_CASE("incremental decode equals the full forward") {
 }
 
 TEST_CASE("a batch of prompts of different lengths equals each prompt alone") {
-    const auto m = load("x_tiny_l6");
-    const std::vector<int> a{1, 2, 3, 4, 5, 6, 7, 8, 9}, b{200, 100}, c{42, 43, 44, 45};
-    auto ca = m.make_cache(16), cb = m.make_cache(16), cc = m.make_cache(16);
-    const vwt::sequence_input<backend> batch[] = {{&ca, a}, {&cb, b}, {&cc, c}};
-    const auto together = m.forward({2}, batch, vwt::logits_mode::last);
-    const int V = m.vocab();
-    for (int i = 0; i < 3; ++i) {
-        const auto alone = full_logits(m, i == 0 ? a : i == 1 ? b : c, 1);
-        const std::vector<float> last(alone.end() - V, alone.end());
-        const std::vector<float> row(together.begin() + i * V, together.begin() + (i + 1) * V);
-        CHECK(relative_error(row, last) < 1e-5);
+    for (const char* name : {"x_tiny_l6", "moe_x_top3"}) {  // an MoE model routes the batch's rows together
+        CAPTURE(name);
+        const auto m = load(name);
+        const std::vector<int> a{1, 2, 3, 4, 5, 6, 7, 8, 9}, b{200, 100}, c{42, 43, 44, 45};
+        auto ca = m.make_cache(16), cb = m.make_cache(16), cc = m.make_cache(16);
+        const vwt::sequence_input<backend> batch[] = {{&ca, a}, {&cb, b}, {&cc, c}};
+        const auto together = m.forward({2}, batch, vwt::logits_mode::last);
+        const int V = m.vocab();
+        for (int i = 0; i < 3; ++i) {
+            const auto alone = full_logits(m, i == 0 ? a : i == 1 ? b : c, 1);
+            const std::vector<float> last(alone.end() - V, alone.end());
+            const std::vector<float> row(together.begin() + i * V, together.begin() + (i + 1) * V);
+            CHECK(relative_error(row, last) < 1e-5);
+        }
     }
 }
 

@@ -18,8 +18,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-vwt::model_config config() {
-    return vwt::model_config::mup(vwt::dynamic_schedule({3, 32, 2, 2, 17, 64, {}}, {48, 16, 32}));
+// A small ><former, dense or MoE (every MLP top-2 of 4 experts).
+vwt::model_config config(bool moe = false) {
+    return vwt::model_config::mup(vwt::dynamic_schedule({3, 32, 2, 2, 17, 64, moe ? vwt::moe_dims{4, 2, 32} : vwt::moe_dims{}}, {48, 16, 32}));
 }
 
 vwt::train::window_loader data() {
@@ -31,8 +32,8 @@ vwt::train::window_loader data() {
 using backend = vwt::cpu::backend<float>;
 
 template <class B = backend>
-vwt::train::trainer<B> make(const fs::path& out, std::int64_t steps, std::int64_t every, int threads = 2) {
-    auto c = config();
+vwt::train::trainer<B> make(const fs::path& out, std::int64_t steps, std::int64_t every, int threads = 2, bool moe = false) {
+    auto c = config(moe);
     std::vector<float> p;
     vwt::initialize_parameters(c, vwt::parameter_layout(c), 9, p);
     vwt::train::train_options o;
@@ -59,26 +60,56 @@ using vwt_test::losses_of;
 
 TEMPLATE_TEST_CASE("resuming gives the loss curve of an uninterrupted run", "", vwt::cpu::backend<float>,
                    vwt::reference::backend<float>) {
-    const auto base = scratch_dir<TestType>("vwt_resume_test");
-    fs::remove_all(base);
-    auto whole = make<TestType>(base / "whole", 12, 0);
-    const auto full = losses_of(whole);
-    REQUIRE(full.size() == 12);
-    CHECK(full.back() < full.front());
+    for (const bool moe : {false, true}) {
+        CAPTURE(moe);
+        const auto base = scratch_dir<TestType>(moe ? "vwt_resume_test_moe" : "vwt_resume_test");
+        fs::remove_all(base);
+        auto whole = make<TestType>(base / "whole", 12, 0, 2, moe);
+        const auto full = losses_of(whole);
+        REQUIRE(full.size() == 12);
+        CHECK(full.back() < full.front());
 
-    auto first = make<TestType>(base / "split", 7, 7);
-    const auto head = losses_of(first);
-    auto second = make<TestType>(base / "split", 12, 0);
-    second.resume();
-    CHECK(second.step() == 7);
-    const auto tail = losses_of(second);
-    REQUIRE(tail.size() == 5);
-    for (std::size_t i = 0; i < 7; ++i) CHECK(head[i] == full[i]);
-    for (std::size_t i = 0; i < 5; ++i) CHECK(tail[i] == full[7 + i]);  // bit-identical
-    CHECK(second.parameters() == whole.parameters());
-    // A training checkpoint's model part is an ordinary model directory.
-    const auto m = vwt::io::load_model_dir(base / "split" / "step-00000012");
-    CHECK(m.config.schedule == config().schedule);
+        auto first = make<TestType>(base / "split", 7, 7, 2, moe);
+        const auto head = losses_of(first);
+        auto second = make<TestType>(base / "split", 12, 0, 2, moe);
+        second.resume();
+        CHECK(second.step() == 7);
+        const auto tail = losses_of(second);
+        REQUIRE(tail.size() == 5);
+        for (std::size_t i = 0; i < 7; ++i) CHECK(head[i] == full[i]);
+        for (std::size_t i = 0; i < 5; ++i) CHECK(tail[i] == full[7 + i]);  // bit-identical
+        CHECK(second.parameters() == whole.parameters());
+        // A training checkpoint's model part is an ordinary model directory.
+        const auto m = vwt::io::load_model_dir(base / "split" / "step-00000012");
+        CHECK(m.config.schedule == config(moe).schedule);
+        fs::remove_all(base);
+    }
+}
+
+TEST_CASE("an MoE run reports its auxiliary loss and every expert's tokens per layer") {
+    const auto base = fs::temp_directory_path() / "vwt_moe_report_test";
+    fs::remove_all(base);
+    auto t = make(base, 3, 0, 2, true);
+    std::vector<vwt::train::step_report> reports;
+    t.run([&](const vwt::train::step_report& r) { reports.push_back(r); });
+    REQUIRE(reports.size() == 3);
+    for (const auto& r : reports) {
+        // its value is checked against a brute-force sum in layers_moe; here: one positive sum per step
+        CHECK(std::isfinite(r.aux_loss));
+        CHECK(r.aux_loss > 0);
+        REQUIRE(r.expert_tokens.size() == 3 * 4);
+        for (int layer = 0; layer < 3; ++layer) {
+            std::int64_t pairs = 0;
+            for (int e = 0; e < 4; ++e) pairs += r.expert_tokens[std::size_t(layer * 4 + e)];
+            CHECK(pairs == 3 * 2 * 16 * 2);  // batch x accumulate x length x experts per token
+        }
+    }
+    // a dense run has neither
+    auto dense = make(base / "dense", 1, 0);
+    dense.run([&](const vwt::train::step_report& r) {
+        CHECK(r.aux_loss < 0);
+        CHECK(r.expert_tokens.empty());
+    });
     fs::remove_all(base);
 }
 

@@ -205,7 +205,7 @@ class Reference:
                            if self.moe else
                            {"mlp_type": "MLP", "activation_function": "swiglu", "intermediate_size": 4 * w}
                            for w in self.widths],
-            **({"router_aux_loss_coef": 0.01} if self.moe else {}),
+            **({"moe_intermediate_size": self.moe[2], "router_aux_loss_coef": 0.01} if self.moe else {}),
         }
 
 
@@ -257,7 +257,7 @@ def write_sharded(d, tensors, dtype, max_bytes):
 
 
 CASES = [
-    # name, widths, hidden, heads, kv_heads, mup, resize, dtype
+    # name, widths, hidden, heads, kv_heads, mup, resize, dtype[, moe: (experts, per token, intermediate at hidden)]
     ("x_tiny_l6", [144, 88, 48, 32, 64, 144], 96, 4, 4, True, "move_up", "F32"),
     ("x_tiny_l8", [208, 152, 104, 72, 56, 40, 88, 208], 128, 4, 4, True, "move_up", "F32"),
     ("x_narrow_ends", [48, 96, 32, 64, 40], 80, 4, 4, True, "move_up", "F32"),  # w_1 < h, w_L < h
@@ -271,6 +271,10 @@ CASES = [
     ("x_f16", [144, 88, 48, 32, 64, 144], 96, 4, 4, True, "move_up", "F16"),
     # the authors' layout: their whole config, bf16, sharded as save_pretrained shards (see main)
     ("authors_layout", [208, 152, 104, 72, 56, 40, 88, 208], 128, 4, 2, True, "move_up", "BF16"),
+    # MoE ><formers and an MoE uniform model (semantics.md section 6)
+    ("moe_x_top3", [144, 88, 48, 32, 64, 144], 96, 4, 4, True, "move_up", "F32", (6, 3, 64)),
+    ("moe_uniform_top1", [96, 96, 96, 96], 96, 4, 4, True, "move_up", "F32", (4, 1, 64)),
+    ("moe_x_gqa_top2", [192, 128, 64, 128, 192], 128, 8, 2, True, "move_up", "F32", (5, 2, 96)),
 ]
 
 
@@ -278,8 +282,8 @@ def main(out):
     os.makedirs(out, exist_ok=True)
     manifest = []
     g = torch.Generator().manual_seed(1234)
-    for n, (name, widths, h, H, Hkv, mup, resize, dtype) in enumerate(CASES):
-        ref = Reference(widths, h, H, Hkv, 258, 256, mup=mup, resize=resize, seed=n)
+    for n, (name, widths, h, H, Hkv, mup, resize, dtype, *moe) in enumerate(CASES):
+        ref = Reference(widths, h, H, Hkv, 258, 256, mup=mup, resize=resize, seed=n, moe=moe[0] if moe else None)
         ref.round_weights(dtype)
         d = os.path.join(out, name)
         os.makedirs(d, exist_ok=True)

@@ -25,6 +25,27 @@ std::string eta(double seconds) {
     return buf;
 }
 
+// Each MoE layer's share of the (token, expert) pairs per expert, in percent, and the busiest
+// expert's load over the mean (1 = perfectly balanced).
+void print_expert_load(std::ostream& out, const dynamic_schedule& s, const std::vector<std::int64_t>& load) {
+    const int E = s.dims.moe.experts;
+    out << "expert load: each layer's share of its (token, expert) pairs, % (top-" << s.dims.moe.experts_per_token << " of " << E
+        << " experts)\nlayer width   max/mean  experts 0.." << E - 1 << '\n';
+    for (int i = 0; i < s.layers(); ++i) {
+        std::int64_t total = 0, most = 0;
+        for (int e = 0; e < E; ++e) total += load[std::size_t(i * E + e)], most = std::max(most, load[std::size_t(i * E + e)]);
+        char head[64];
+        std::snprintf(head, sizeof head, "%5d %5d %10.2f ", i, s.width(i), total ? double(most) * E / double(total) : 0.0);
+        out << head;
+        for (int e = 0; e < E; ++e) {
+            char cell[16];
+            std::snprintf(cell, sizeof cell, " %5.1f", total ? 100.0 * double(load[std::size_t(i * E + e)]) / double(total) : 0.0);
+            out << cell;
+        }
+        out << '\n';
+    }
+}
+
 // Keeps the entries of log.jsonl up to `step` (the checkpoint a run resumes from), replacing the
 // file atomically: steps a killed run logged after its last checkpoint are run again and must not
 // appear twice. A torn last line (a kill mid-write) is dropped too.
@@ -147,12 +168,21 @@ void add_train_commands(CLI::App& app) {
                     nlohmann::ordered_json j = {{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
                                                 {"tokens_per_s", r.tokens_per_second}};
                     if (r.validation_loss >= 0) j["val_loss"] = r.validation_loss;
+                    if (r.aux_loss >= 0) {  // MoE: the routers' auxiliary loss and each layer's tokens per expert
+                        j["aux_loss"] = r.aux_loss;
+                        auto& load = j["expert_tokens"] = nlohmann::ordered_json::array();
+                        const auto E = static_cast<std::size_t>(c.schedule.dims.moe.experts);
+                        for (std::size_t at = 0; at < r.expert_tokens.size(); at += E)
+                            load.push_back(std::vector<std::int64_t>(r.expert_tokens.begin() + static_cast<std::ptrdiff_t>(at),
+                                                                     r.expert_tokens.begin() + static_cast<std::ptrdiff_t>(at + E)));
+                    }
                     log << j.dump() << '\n' << std::flush;
                     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
                     const double per_step = elapsed / static_cast<double>(r.step - first);
                     const int width = 24, done = static_cast<int>(width * r.step / o->steps);
                     std::cerr << "\r[" << std::string(static_cast<std::size_t>(done), '#') << std::string(static_cast<std::size_t>(width - done), '.')
-                              << "] step " << r.step << "/" << o->steps << " loss " << r.loss << " " << static_cast<long>(r.tokens_per_second)
+                              << "] step " << r.step << "/" << o->steps << " loss " << r.loss
+                              << (r.aux_loss >= 0 ? " aux " + std::to_string(r.aux_loss) : std::string()) << " " << static_cast<long>(r.tokens_per_second)
                               << " tok/s ETA " << eta(per_step * static_cast<double>(o->steps - r.step)) << "   " << std::flush;
                     if (r.validation_loss >= 0)
                         std::cerr << "\nstep " << r.step << ": validation loss " << r.validation_loss << " (perplexity "
@@ -167,6 +197,7 @@ void add_train_commands(CLI::App& app) {
             std::string model, data, format = "text";
             int seq = 128;
             double validation = 0.1;
+            bool experts = false;
             device_flags device;
         };
         auto o = std::make_shared<options>();
@@ -176,19 +207,23 @@ void add_train_commands(CLI::App& app) {
         cmd->add_option("--format", o->format, "text, u16 or u32");
         cmd->add_option("--seq", o->seq, "sequence length");
         cmd->add_option("--validation", o->validation, "held-out fraction at the end of the corpus");
+        cmd->add_flag("--experts", o->experts, "MoE models: also print each layer's share of tokens per expert");
         o->device.add_to(*cmd);
         o->device.add_weights_to(*cmd);
         cmd->callback([o] {
             const auto config = io::read_model_config(o->model);
+            if (o->experts && !config.schedule.dims.moe.enabled()) detail::fail("--experts: model '", o->model, "' has no MoE layers");
             if (o->seq > config.schedule.dims.context)
                 detail::fail("--seq: ", o->seq, " is above the model's context of ", config.schedule.dims.context);
             auto tokens = train::read_tokens(o->data, parse_token_format(o->format), config.schedule.dims.vocab);
             const train::window_loader data(std::move(tokens), o->seq, o->validation, 0, o->data);
             o->device.run_inference([&]<class B>(const typename B::context& ctx) {
                 const auto m = io::load_model<B>(o->model, ctx);
-                const double loss = train::validation_loss(ctx, m, data);
+                std::vector<std::int64_t> load;
+                const double loss = train::validation_loss(ctx, m, data, 0, o->experts ? &load : nullptr);
                 std::cout << "validation loss " << loss << " perplexity " << std::exp(loss) << " over " << data.validation_windows()
                           << " windows of " << o->seq << " tokens\n";
+                if (o->experts) print_expert_load(std::cout, config.schedule, load);
             });
         });
     }

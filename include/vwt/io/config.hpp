@@ -25,8 +25,8 @@ namespace vwt::io {
 using log_function = std::function<void(const std::string&)>;
 
 inline nlohmann::ordered_json config_to_json(const model_config& c, const schedule_spec* generator = nullptr) {
-    if (c.schedule.dims.moe.enabled()) vwt::detail::fail("config.json: MoE schedules are not written yet (the MoE ><former is not wired into models)");
     const auto& s = c.schedule;
+    const auto& moe = s.dims.moe;
     nlohmann::ordered_json j;
     j["model_type"] = "width_varying";
     j["architectures"] = {"GPTBaseForCausalLM"};
@@ -67,6 +67,10 @@ inline nlohmann::ordered_json config_to_json(const model_config& c, const schedu
     j["position_embedding_type"] = "rope";
     j["rope_theta"] = c.rope_theta;
     j["tie_word_embeddings"] = false;
+    if (moe.enabled()) {
+        j["moe_intermediate_size"] = moe.intermediate;
+        j["router_aux_loss_coef"] = c.router_aux_loss_coef;
+    }
     const auto special = [](int id) { return id >= 0 ? nlohmann::ordered_json(id) : nlohmann::ordered_json(); };
     j["bos_token_id"] = special(c.bos_token_id);
     j["eos_token_id"] = special(c.eos_token_id);
@@ -79,8 +83,13 @@ inline nlohmann::ordered_json config_to_json(const model_config& c, const schedu
                         {"num_key_value_heads", s.dims.kv_heads},
                         {"add_bias", false},
                         {"attention_multiplier", c.attention_scale(i)}});
-        mlp.push_back({{"mlp_type", "MLP"}, {"activation_function", "swiglu"}, {"intermediate_size", 4 * s.width(i)},
-                       {"add_bias", false}, {"use_interleaved_weights", c.mlp == swiglu_layout::interleaved}});
+        if (moe.enabled())
+            mlp.push_back({{"mlp_type", "MoE"}, {"activation_function", "swiglu"}, {"intermediate_size", moe_intermediate(s.dims, s.width(i))},
+                           {"add_bias", false}, {"shared_intermediate_size", nullptr}, {"num_experts", moe.experts},
+                           {"num_experts_per_tok", moe.experts_per_token}, {"use_interleaved_weights", c.mlp == swiglu_layout::interleaved}});
+        else
+            mlp.push_back({{"mlp_type", "MLP"}, {"activation_function", "swiglu"}, {"intermediate_size", 4 * s.width(i)},
+                           {"add_bias", false}, {"use_interleaved_weights", c.mlp == swiglu_layout::interleaved}});
     }
     return j;
 }
@@ -216,6 +225,14 @@ inline model_config config_from_json(const nlohmann::json& j, const std::string&
     const auto* mlps = block_list("mlp_blocks");
     std::vector<double> multipliers(layers);
     bool interleaved = false;
+    // MoE: every MLP a mixture of the same experts; the experts' intermediate size at hidden_size is
+    // the top-level moe_intermediate_size, each layer's is round(w_i x it / h) (the authors' rule).
+    const bool moe = (*mlps).size() > 0 && (*mlps)[0].is_object() && (*mlps)[0].contains("mlp_type") && (*mlps)[0]["mlp_type"] == "MoE";
+    if (moe) {
+        d.moe.intermediate = static_cast<int>(top.integer("moe_intermediate_size", 1, lim::moe_intermediate));
+        if (!top.absent("moe_shared_intermediate_size") && top.integer("moe_shared_intermediate_size", -1, lim::moe_intermediate) != -1)
+            top.fail("field 'moe_shared_intermediate_size' is set: shared experts are not implemented");
+    }
     for (std::size_t i = 0; i < layers; ++i) {
         const detail::config_fields a((*attention)[i], file, "sequence_mixer_blocks[" + std::to_string(i) + "].");
         a.choice("sequence_mixer_type", "softmax_attention", {"softmax_attention"});
@@ -233,14 +250,34 @@ inline model_config config_from_json(const nlohmann::json& j, const std::string&
         multipliers[i] = a.number_or("attention_multiplier", 0, 1e6, 1.0 / std::sqrt(head_dim));
 
         const detail::config_fields m((*mlps)[i], file, "mlp_blocks[" + std::to_string(i) + "].");
-        if (m.string_or("mlp_type", "MLP") == "MoE") m.fail("field 'mlp_blocks[", i, "].mlp_type' is 'MoE': MoE layers are not implemented yet");
-        m.choice("mlp_type", "MLP", {"MLP"});
+        if ((m.choice("mlp_type", "MLP", {"MLP", "MoE"}) == "MoE") != moe)
+            m.fail("field 'mlp_blocks[", i, "].mlp_type' differs from layer 0's; vwt needs every MLP dense or every MLP MoE");
         m.choice("activation_function", "gelu_pytorch_tanh", {"swiglu"});
         m.require_bool("add_bias", false, "MLP biases are not implemented");
-        const auto inter = m.integer("intermediate_size", 1, 4LL * lim::width);
-        if (inter != 4LL * widths[i])
-            m.fail("field 'mlp_blocks[", i, "].intermediate_size' is ", inter, "; vwt implements 4 x the layer width (",
-                   4LL * widths[i], ")");
+        if (moe) {
+            const auto experts = static_cast<int>(m.integer("num_experts", 1, lim::experts));
+            const auto per_token = static_cast<int>(m.integer("num_experts_per_tok", 1, experts));
+            if (i == 0) d.moe.experts = experts, d.moe.experts_per_token = per_token;
+            else if (experts != d.moe.experts || per_token != d.moe.experts_per_token)
+                m.fail("experts differ between layers (", experts, " / ", per_token, " per token in layer ", i, ", ", d.moe.experts, " / ",
+                       d.moe.experts_per_token, " in layer 0); vwt needs the same experts in every layer");
+            if (!m.absent("shared_intermediate_size") && m.integer("shared_intermediate_size", -1, lim::moe_intermediate) != -1)
+                m.fail("field 'mlp_blocks[", i, "].shared_intermediate_size' is set: shared experts are not implemented");
+            // -1 (the authors' yml) means derived; a saved config states the derived value.
+            const auto expected = moe_intermediate(d, widths[i]);
+            if (expected < 1)
+                m.fail("layer ", i, " of width ", widths[i], " is too narrow for experts: round(", widths[i], " x moe_intermediate_size ",
+                       d.moe.intermediate, " / hidden_size ", d.hidden, ") is 0");
+            const auto inter = m.integer_or("intermediate_size", -1, lim::moe_intermediate, -1);
+            if (inter != -1 && inter != expected)
+                m.fail("field 'mlp_blocks[", i, "].intermediate_size' is ", inter, "; the MoE experts' size at width ", widths[i],
+                       " is round(", widths[i], " x moe_intermediate_size ", d.moe.intermediate, " / hidden_size ", d.hidden, ") = ", expected);
+        } else {
+            const auto inter = m.integer("intermediate_size", 1, 4LL * lim::width);
+            if (inter != 4LL * widths[i])
+                m.fail("field 'mlp_blocks[", i, "].intermediate_size' is ", inter, "; vwt implements 4 x the layer width (",
+                       4LL * widths[i], ")");
+        }
         const bool layer_interleaved = m.boolean_or("use_interleaved_weights", false);
         if (i == 0) interleaved = layer_interleaved;
         else if (layer_interleaved != interleaved)
@@ -254,6 +291,7 @@ inline model_config config_from_json(const nlohmann::json& j, const std::string&
         top.fail(e.what());
     }
     c.attention_multipliers = std::move(multipliers);
+    if (moe) c.router_aux_loss_coef = top.number_or("router_aux_loss_coef", 0, 1e6, c.router_aux_loss_coef);
     c.param = top.choice("init_method", "normal", {"mup", "normal"}) == "mup" ? parametrization::mup : parametrization::standard;
     // null multipliers mean 1 (no multiplier) in lm_engine
     c.m_emb = top.number_or("m_emb", -1e6, 1e6, 1.0);

@@ -62,6 +62,7 @@ public:
         scratch_ = plan.carve(take(plan.total()), integers_.view().subview(3 * rows_, plan.int_total()),
                               doubles_.view().subview(rows_, plan.double_total()));
         if (plan.double_total() > 0) host_aux_.resize(static_cast<std::size_t>(plan.double_total()));
+        host_offsets_.resize(static_cast<std::size_t>(scratch_.expert_offsets.size()));
         host_losses_.resize(static_cast<std::size_t>(rows_));
         host_positions_.resize(static_cast<std::size_t>(rows_));
         for (index_t r = 0; r < rows_; ++r) host_positions_[static_cast<std::size_t>(r)] = static_cast<int>(r % length);
@@ -89,6 +90,9 @@ public:
     vector_view<double, M> losses() { return doubles_.view().subview(0, rows_); }
     // MoE models: every layer's auxiliary loss of the last backward, on the host (empty if dense).
     std::span<double> host_aux_losses() { return host_aux_; }
+    // MoE models: every layer's expert offsets of the last step on the host, layer i's E + 1 at
+    // i (E + 1); expert e of layer i took offsets[e + 1] - offsets[e] (token, expert) pairs.
+    std::span<int> host_expert_offsets() { return host_offsets_; }
     std::span<double> host_losses() { return host_losses_; }
     std::span<const int> host_positions() const { return host_positions_; }
     std::span<const sequence_rows> sequence_list() const { return sequences_rows_; }
@@ -103,7 +107,7 @@ private:
     vector_view<T, M> x_, dx_, head_in_, d_head_in_, logits_, saved_;
     layer_scratch<B> scratch_;
     std::vector<double> host_losses_, host_aux_;
-    std::vector<int> host_positions_;
+    std::vector<int> host_positions_, host_offsets_;
     std::vector<sequence_rows> sequences_rows_;
 };
 
@@ -111,7 +115,8 @@ private:
 // laid out like the parameters) and returns that mean loss. `ctx` sets the threads (or stream).
 // An MoE model's objective adds router_aux_loss_coef times the sum of its layers' auxiliary
 // losses (semantics.md section 6), whose gradient is added too; the return value stays the mean
-// next-token loss, and ws.host_aux_losses() holds each layer's auxiliary loss afterwards.
+// next-token loss; ws.host_aux_losses() and ws.host_expert_offsets() hold each layer's auxiliary
+// loss and expert offsets afterwards.
 template <class Model>
 double loss_and_gradient(const typename Model::context& ctx, const Model& m, const token_batch& batch,
                          step_workspace<typename Model::backend>& ws,
@@ -162,8 +167,10 @@ double loss_and_gradient(const typename Model::context& ctx, const Model& m, con
         resize.template before_layer_backward<B>(ctx, dx, b.layer());
     });
     m.embedding_layer().backward(ctx, dx, ids, grads.embedding);
-    if (!ws.host_aux_losses().empty())
+    if (!ws.host_aux_losses().empty()) {
         B::download(ctx, vector_view<const double, typename B::memory>(ws.scratch().moe_aux), ws.host_aux_losses());
+        B::download(ctx, vector_view<const int, typename B::memory>(ws.scratch().expert_offsets), ws.host_expert_offsets());
+    }
     return loss / static_cast<double>(rows);
 }
 

@@ -45,13 +45,20 @@ struct step_report {
     std::int64_t step = 0;
     double loss = 0, lr = 0, grad_norm = 0, tokens_per_second = 0;
     double validation_loss = -1;  // < 0: not evaluated at this step
+    // MoE models: the sum over layers of the routers' auxiliary losses (mean over micro-batches;
+    // the objective adds router_aux_loss_coef times it), and the (token, expert) pairs each
+    // expert took, layer i's E at i E, over the step's micro-batches. -1 and empty when dense.
+    double aux_loss = -1;
+    std::vector<std::int64_t> expert_tokens;
 };
 
 // Mean validation loss over every validation window (or over the first `limit`), by the
 // inference forward pass (no activations kept): the mean over windows of each window's mean
-// next-token cross-entropy.
+// next-token cross-entropy. For an MoE model, `expert_tokens` (if given) receives the (token,
+// expert) pairs each expert took over those windows, layer i's E at i E.
 template <class Model>
-double validation_loss(const typename Model::context& ctx, const Model& m, const window_loader& data, std::size_t limit = 0) {
+double validation_loss(const typename Model::context& ctx, const Model& m, const window_loader& data, std::size_t limit = 0,
+                       std::vector<std::int64_t>* expert_tokens = nullptr) {
     using B = typename Model::backend;
     using T = typename B::compute_type;
     const std::size_t n = limit ? std::min(limit, data.validation_windows()) : data.validation_windows();
@@ -62,6 +69,10 @@ double validation_loss(const typename Model::context& ctx, const Model& m, const
     typename B::template buffer<int> targets(length);
     typename B::template buffer<double> losses(length);
     std::vector<double> host_losses(static_cast<std::size_t>(length));
+    const auto offsets = ws.expert_offsets();
+    std::vector<int> host_offsets(static_cast<std::size_t>(offsets.size()));
+    const auto E = static_cast<std::size_t>(m.schedule().dims.moe.experts);
+    if (expert_tokens) expert_tokens->assign(static_cast<std::size_t>(m.schedule().layers()) * E, 0);
     double sum = 0;
     std::vector<int> x, y;
     for (std::size_t i = 0; i < n; ++i) {
@@ -69,6 +80,13 @@ double validation_loss(const typename Model::context& ctx, const Model& m, const
         cache.clear();
         const sequence_input<B> in{&cache, x};
         const auto logits = m.forward(ctx, ws, std::span<const sequence_input<B>>(&in, 1), logits_mode::all);
+        if (expert_tokens && E > 0) {
+            B::download(ctx, offsets, std::span<int>(host_offsets));
+            for (std::size_t j = 0; j < expert_tokens->size(); ++j) {
+                const std::size_t at = j / E * (E + 1) + j % E;
+                (*expert_tokens)[j] += host_offsets[at + 1] - host_offsets[at];
+            }
+        }
         B::upload(ctx, std::span<const int>(y), targets.view());
         m.head_layer().loss(ctx, logits, targets.view(), T(0), losses.view());
         B::download(ctx, vector_view<const double, typename B::memory>(losses.view()), std::span<double>(host_losses));
@@ -129,6 +147,9 @@ public:
             B::fill(ctx_, grad.as_matrix(1, grad.size()), T(0));
             double loss = 0;
             std::size_t window = 0;
+            step_report r;
+            const auto& moe = model_.schedule().dims.moe;
+            if (moe.enabled()) r.aux_loss = 0, r.expert_tokens.assign(static_cast<std::size_t>(model_.schedule().layers() * moe.experts), 0);
             for (int micro = 0; micro < o_.accumulate; ++micro) {
                 tokens.clear();
                 targets.clear();
@@ -139,13 +160,13 @@ public:
                     window = x.size();
                 }
                 loss += loss_and_gradient(ctx_, model_, token_batch{tokens, targets, o_.batch}, *workspace_, grad_views_) / o_.accumulate;
+                if (moe.enabled()) add_moe_statistics(r);
             }
             comm_->all_reduce_sum(ctx_, grad);
             B::scale(ctx_, grad, static_cast<T>(1.0 / (o_.accumulate * comm_->size())));
             if (!std::isfinite(loss))
                 vwt::detail::fail("training: loss became ", loss, " at step ", step_ + 1,
                                   "; stopped, the last checkpoint is kept (lower the learning rate?)");
-            step_report r;
             r.step = ++step_;
             r.loss = loss;
             r.grad_norm = clip_by_global_norm<B>(ctx_, grad, o_.clip, norm_sum_.view());
@@ -227,6 +248,16 @@ public:
     }
 
 private:
+    void add_moe_statistics(step_report& r) {
+        for (double a : workspace_->host_aux_losses()) r.aux_loss += a / o_.accumulate;
+        const auto offsets = workspace_->host_expert_offsets();
+        const auto E = static_cast<std::size_t>(model_.schedule().dims.moe.experts);
+        for (std::size_t i = 0; i < r.expert_tokens.size(); ++i) {
+            const std::size_t layer = i / E, e = i % E, at = layer * (E + 1) + e;
+            r.expert_tokens[i] += offsets[at + 1] - offsets[at];
+        }
+    }
+
     template <class U>
     std::vector<float> host_copy(vector_view<const U, M> v) const {
         std::vector<U> host(static_cast<std::size_t>(v.size()));
