@@ -3,7 +3,9 @@
 // always; none of them vwt's code) and the streaming-read bandwidth of a buffer larger than the
 // last-level cache, measured in one run; paired_* benchmarks alternate each figure with its
 // baselines, and a summary prints the ratios the targets are stated in, every row the fastest of
-// its repetitions.
+// its repetitions. paired_moe_* run the moe_1b3b-shaped MoE ><former (bf16 weights) against the
+// dense ><former of the same active parameters, and the MoE decode against the read bound of the
+// bytes one token uses (its experts, not all of them).
 //
 // The vocabulary is reduced to 4096 (from 100263) to keep the two models at ~0.9 GB together;
 // the layers are the paper's. Run: build/bench/bench_inference [--benchmark_min_time=...]
@@ -81,12 +83,13 @@ const static_xformer& bench_static_model() {
     return *m;
 }
 
-// Matmul FLOPs of T tokens plus causal attention (token t sees t + 1 keys).
+// Matmul FLOPs of T tokens (an MoE layer's: its router and each token's experts) plus causal
+// attention (token t sees t + 1 keys).
 double prefill_flops(const vwt::dynamic_schedule& s, int T) {
     double flops = 0;
     for (int i = 0; i < s.layers(); ++i) {
         const auto lp = vwt::layer_param_count(s.dims, s.width(i));
-        flops += 2.0 * (lp.attention + lp.mlp) * T + 4.0 * s.width(i) * (T * (T + 1) / 2.0);
+        flops += 2.0 * (lp.attention + lp.mlp_active) * T + 4.0 * s.width(i) * (T * (T + 1) / 2.0);
     }
     return flops + 2.0 * s.dims.hidden * s.dims.vocab;  // logits of the last token only
 }
@@ -441,6 +444,88 @@ void paired_static_dynamic(benchmark::State& state) {
 }
 BENCHMARK(paired_static_dynamic)->Iterations(12)->UseManualTime()->Unit(benchmark::kMillisecond);
 
+// The MoE ><former of moe_1b3b (40 layers, h 1600, every MLP 22 experts of which each token uses
+// 3) with the vocabulary reduced to 4096 and bf16 weights (~5.3 GB), against the dense ><former of
+// the paper's recipe (40 layers, 16 heads, x-shape, bottleneck 0.3, turning layer 30, widths in
+// 32s) whose hidden size makes its parameters closest to the MoE model's active ones.
+vwt::dynamic_schedule moe_bench_schedule() {
+    const auto x = vwt::make_schedule(vwt::presets::moe_1b3b);
+    auto d = x.dims;
+    d.vocab = bench_vocab;
+    return vwt::dynamic_schedule(d, x.widths);
+}
+vwt::dynamic_schedule dense_same_active_schedule() {
+    const auto active = vwt::account(moe_bench_schedule()).params.active;
+    vwt::dynamic_schedule best;
+    vwt::count_t gap = -1;
+    for (int h = 512; h <= 1600; h += 32) {
+        auto spec = vwt::presets::moe_1b3b;
+        spec.dims.hidden = h;
+        spec.dims.moe = {};
+        const auto x = vwt::make_schedule(spec);
+        auto d = x.dims;
+        d.vocab = bench_vocab;
+        const vwt::dynamic_schedule s(d, x.widths);
+        const auto diff = std::abs(vwt::account(s).params.total() - active);
+        if (gap < 0 || diff < gap) gap = diff, best = s;
+    }
+    return best;
+}
+const vwt::model<bf16_backend>& moe_bench_model(bool dense) {
+    static std::map<bool, std::unique_ptr<vwt::model<bf16_backend>>> models;
+    auto& m = models[dense];
+    if (!m) {
+        const auto c = vwt::model_config::mup(dense ? dense_same_active_schedule() : moe_bench_schedule());
+        std::vector<vwt::bf16> p;  // drawn as bf16 directly: the MoE model's float copy would be 10.5 GB
+        vwt::initialize_parameters(c, vwt::parameter_layout(c), 1, p);
+        m = std::make_unique<vwt::model<bf16_backend>>(c, p);
+    }
+    return *m;
+}
+// The bytes a decode step must read: every weight one token uses (an MoE layer's router and its
+// token's experts; one embedding row) and the KV cache of decode_context tokens.
+double decode_bytes(const vwt::dynamic_schedule& s, double weight_bytes, int kv_bytes) {
+    const auto a = vwt::account(s, {decode_context, kv_bytes, 2});
+    return weight_bytes * static_cast<double>(a.params.active - a.params.embedding + s.dims.hidden) +
+           static_cast<double>(a.kv_bytes_per_token) * decode_context;
+}
+
+void paired_moe_prefill(benchmark::State& state) {
+    prefill_runner<vwt::model<bf16_backend>> pm(moe_bench_model(false)), pd(moe_bench_model(true));
+    double tm = 1e9, td = 1e9;
+    for (auto _ : state) {
+        const double a = seconds_of(pm), b = seconds_of(pd);
+        tm = std::min(tm, a), td = std::min(td, b);
+        state.SetIterationTime(a + b);
+    }
+    const auto sm = moe_bench_schedule(), sd = dense_same_active_schedule();
+    state.counters["moe_tokens_per_s"] = prefill_tokens / tm;
+    state.counters["dense_tokens_per_s"] = prefill_tokens / td;
+    state.counters["moe_GFLOPs"] = prefill_flops(sm, prefill_tokens) / tm / 1e9;
+    state.counters["dense_GFLOPs"] = prefill_flops(sd, prefill_tokens) / td / 1e9;
+}
+BENCHMARK(paired_moe_prefill)->Iterations(4)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+void paired_moe_decode(benchmark::State& state) {
+    decode_runner<vwt::model<bf16_backend>> dm(moe_bench_model(false)), dd(moe_bench_model(true));
+    read_runner read;
+    double tm = 1e9, td = 1e9, tr = 1e9;
+    for (auto _ : state) {
+        const double a = seconds_of(dm), b = seconds_of(dd), c = seconds_of(read);
+        tm = std::min(tm, a), td = std::min(td, b), tr = std::min(tr, c);
+        state.SetIterationTime(a + b + c);
+    }
+    const double bw = 4.0 * read_runner::n / tr;
+    state.counters["read_GBs"] = bw / 1e9;
+    state.counters["moe_tokens_per_s"] = 1 / tm;
+    state.counters["dense_tokens_per_s"] = 1 / td;
+    state.counters["moe_bytes_per_token"] = decode_bytes(moe_bench_schedule(), 2, 4);
+    state.counters["dense_bytes_per_token"] = decode_bytes(dense_same_active_schedule(), 2, 4);
+    state.counters["moe_bound_tokens_per_s"] = bw / decode_bytes(moe_bench_schedule(), 2, 4);
+    state.counters["dense_bound_tokens_per_s"] = bw / decode_bytes(dense_same_active_schedule(), 2, 4);
+}
+BENCHMARK(paired_moe_decode)->Iterations(20)->UseManualTime()->Unit(benchmark::kMillisecond);
+
 // Five repetitions each; the summary uses the fastest (this machine's timings vary by +-20% run to
 // run, and the best of five is the most repeatable figure).
 void configure(benchmark::internal::Benchmark* b) {
@@ -478,7 +563,9 @@ int main(int argc, char** argv) {
             if (key.rfind(bench, 0) == 0 && run.counters.count(name)) return static_cast<double>(run.counters.at(name));
         return 0.0;
     };
-    if (counter("paired_prefill", "time_ratio") == 0 || counter("paired_decode/f32", "read_GBs") == 0) return 0;
+    const bool dense = counter("paired_prefill", "time_ratio") > 0 && counter("paired_decode/f32", "read_GBs") > 0;
+    const bool moe = counter("paired_moe_prefill", "moe_tokens_per_s") > 0 && counter("paired_moe_decode", "read_GBs") > 0;
+    if (!dense && !moe) return 0;
     std::printf("\nsummary, paired in one run, each figure the fastest of its repetitions (threads %d, prefill %d tokens, "
                 "decode at context %d, vocab %d)\n",
                 threads, prefill_tokens, decode_context, bench_vocab);
@@ -486,47 +573,64 @@ int main(int argc, char** argv) {
     const auto gemm_share = [](const std::string& w, double gemm_gflops, double tokens_per_s) {
         return 100 * (sgemm_flops(bench_schedule(w == "u")) / gemm_gflops / 1e9) / (prefill_tokens / tokens_per_s);
     };
-    for (const char* which : {"x", "u"}) {
-        const std::string w = which;
-        const double p = counter("paired_prefill", (w + "_GFLOPs").c_str());
-        std::printf("%-8s prefill %.0f tok/s, %.1f GFLOP/s =", w == "x" ? "><former" : "uniform",
-                    counter("paired_prefill", (w + "_tokens_per_s").c_str()), p);
-        for (const auto l : {gemm_library::eigen, gemm_library::openblas, gemm_library::onednn})
-            if (const double g = counter("paired_prefill", (w + "_" + library_name(l) + "_GFLOPs").c_str()); g > 0)
-                std::printf(" %.0f%% of %s (%.1f)", 100 * p / g, library_name(l), g);
-        std::printf(" same-shape GFLOP/s\n");
-        if (const double g = counter("paired_prefill", (w + "_oneDNN_GFLOPs").c_str()); g > 0)
-            std::printf("%-8s the same GEMMs in oneDNN take %.0f%% of f32 prefill's time (the rest: attention, norms, RoPE, SwiGLU, copies)\n", "",
-                        gemm_share(w, g, counter("paired_prefill", (w + "_tokens_per_s").c_str())));
-        for (const char* format : {"f32", "bf16", "q8", "bf16_kv"}) {
-            const std::string bench = std::string("paired_decode/") + format;
-            const double d = counter(bench, (w + "_tokens_per_s").c_str());
-            const double bound = counter(bench, (w + "_bound_tokens_per_s").c_str());
-            const bool kv16 = std::string(format) == "bf16_kv";
-            if (d > 0)
-                std::printf("%-8s decode %-4s weights, %s KV %.1f tok/s = %.0f%% of the read-bandwidth bound %.1f tok/s (read %.1f GB/s)\n",
-                            "", kv16 ? "bf16" : format, kv16 ? "bf16" : "f32 ", d, 100 * d / bound, bound, counter(bench, "read_GBs"));
+    if (dense) {
+        for (const char* which : {"x", "u"}) {
+            const std::string w = which;
+            const double p = counter("paired_prefill", (w + "_GFLOPs").c_str());
+            std::printf("%-8s prefill %.0f tok/s, %.1f GFLOP/s =", w == "x" ? "><former" : "uniform",
+                        counter("paired_prefill", (w + "_tokens_per_s").c_str()), p);
+            for (const auto l : {gemm_library::eigen, gemm_library::openblas, gemm_library::onednn})
+                if (const double g = counter("paired_prefill", (w + "_" + library_name(l) + "_GFLOPs").c_str()); g > 0)
+                    std::printf(" %.0f%% of %s (%.1f)", 100 * p / g, library_name(l), g);
+            std::printf(" same-shape GFLOP/s\n");
+            if (const double g = counter("paired_prefill", (w + "_oneDNN_GFLOPs").c_str()); g > 0)
+                std::printf("%-8s the same GEMMs in oneDNN take %.0f%% of f32 prefill's time (the rest: attention, norms, RoPE, SwiGLU, copies)\n", "",
+                            gemm_share(w, g, counter("paired_prefill", (w + "_tokens_per_s").c_str())));
+            for (const char* format : {"f32", "bf16", "q8", "bf16_kv"}) {
+                const std::string bench = std::string("paired_decode/") + format;
+                const double d = counter(bench, (w + "_tokens_per_s").c_str());
+                const double bound = counter(bench, (w + "_bound_tokens_per_s").c_str());
+                const bool kv16 = std::string(format) == "bf16_kv";
+                if (d > 0)
+                    std::printf("%-8s decode %-4s weights, %s KV %.1f tok/s = %.0f%% of the read-bandwidth bound %.1f tok/s (read %.1f GB/s)\n",
+                                "", kv16 ? "bf16" : format, kv16 ? "bf16" : "f32 ", d, 100 * d / bound, bound, counter(bench, "read_GBs"));
+            }
+            for (const char* format : {"bf16", "q8"}) {
+                const std::string bench = std::string("paired_prefill_format/") + format;
+                const double h = counter(bench, (w + "_tokens_per_s").c_str());
+                if (h == 0) continue;
+                const double flops = counter(bench, (w + "_GFLOPs").c_str());
+                std::printf("%-8s prefill %-4s weights %.0f tok/s, %.1f GFLOP/s", "", format, h, flops);
+                if (const double g = counter(bench, (w + "_bf16_gemm_GFLOPs").c_str()); g > 0)
+                    std::printf(" = %.0f%% of oneDNN's bf16 GEMM on the same shapes (%.1f GFLOP/s); the GEMMs' share of prefill %.0f%%", 100 * flops / g,
+                                g, gemm_share(w, g, h));
+                std::printf("\n");
+            }
         }
-        for (const char* format : {"bf16", "q8"}) {
-            const std::string bench = std::string("paired_prefill_format/") + format;
-            const double h = counter(bench, (w + "_tokens_per_s").c_str());
-            if (h == 0) continue;
-            const double flops = counter(bench, (w + "_GFLOPs").c_str());
-            std::printf("%-8s prefill %-4s weights %.0f tok/s, %.1f GFLOP/s", "", format, h, flops);
-            if (const double g = counter(bench, (w + "_bf16_gemm_GFLOPs").c_str()); g > 0)
-                std::printf(" = %.0f%% of oneDNN's bf16 GEMM on the same shapes (%.1f GFLOP/s); the GEMMs' share of prefill %.0f%%", 100 * flops / g,
-                            g, gemm_share(w, g, h));
-            std::printf("\n");
-        }
+        if (const double sp = counter("paired_static_dynamic", "static_prefill_tokens_per_s"); sp > 0)
+            std::printf("><former static extents / dynamic: prefill %.0f / %.0f tok/s (%+.1f%%), decode %.1f / %.1f tok/s (%+.1f%%)\n", sp,
+                        counter("paired_static_dynamic", "dynamic_prefill_tokens_per_s"),
+                        100 * (sp / counter("paired_static_dynamic", "dynamic_prefill_tokens_per_s") - 1),
+                        counter("paired_static_dynamic", "static_decode_tokens_per_s"), counter("paired_static_dynamic", "dynamic_decode_tokens_per_s"),
+                        100 * (counter("paired_static_dynamic", "static_decode_tokens_per_s") /
+                                   counter("paired_static_dynamic", "dynamic_decode_tokens_per_s") - 1));
+        const double tr = counter("paired_prefill", "time_ratio"), fr = counter("paired_prefill", "flop_ratio");
+        std::printf("prefill time ratio ><former/uniform %.3f vs FLOP ratio %.3f (%+.1f%%)\n", tr, fr, 100 * (tr / fr - 1));
     }
-    if (const double sp = counter("paired_static_dynamic", "static_prefill_tokens_per_s"); sp > 0)
-        std::printf("><former static extents / dynamic: prefill %.0f / %.0f tok/s (%+.1f%%), decode %.1f / %.1f tok/s (%+.1f%%)\n", sp,
-                    counter("paired_static_dynamic", "dynamic_prefill_tokens_per_s"),
-                    100 * (sp / counter("paired_static_dynamic", "dynamic_prefill_tokens_per_s") - 1),
-                    counter("paired_static_dynamic", "static_decode_tokens_per_s"), counter("paired_static_dynamic", "dynamic_decode_tokens_per_s"),
-                    100 * (counter("paired_static_dynamic", "static_decode_tokens_per_s") /
-                               counter("paired_static_dynamic", "dynamic_decode_tokens_per_s") - 1));
-    const double tr = counter("paired_prefill", "time_ratio"), fr = counter("paired_prefill", "flop_ratio");
-    std::printf("prefill time ratio ><former/uniform %.3f vs FLOP ratio %.3f (%+.1f%%)\n", tr, fr, 100 * (tr / fr - 1));
+    if (moe) {
+        const double mp = counter("paired_moe_prefill", "moe_tokens_per_s");
+        const auto sm = moe_bench_schedule(), sd = dense_same_active_schedule();
+        const auto am = vwt::account(sm), ad = vwt::account(sd);
+        std::printf("MoE ><former (moe_1b3b, vocab %d: %.0fM parameters, %.0fM active) against the dense ><former of h %d (%.0fM), bf16 weights:\n",
+                    bench_vocab, am.params.total() / 1e6, am.params.active / 1e6, sd.dims.hidden, ad.params.total() / 1e6);
+        std::printf("  prefill %.0f vs %.0f tok/s (%.2fx), %.1f vs %.1f GFLOP/s of active products\n", mp,
+                    counter("paired_moe_prefill", "dense_tokens_per_s"), mp / counter("paired_moe_prefill", "dense_tokens_per_s"),
+                    counter("paired_moe_prefill", "moe_GFLOPs"), counter("paired_moe_prefill", "dense_GFLOPs"));
+        const double dm = counter("paired_moe_decode", "moe_tokens_per_s"), dd = counter("paired_moe_decode", "dense_tokens_per_s");
+        std::printf("  decode at context %d: %.1f vs %.1f tok/s (%.2fx); %.0f vs %.0f MB read per token = %.0f%% vs %.0f%% of the read bound (%.1f GB/s)\n",
+                    decode_context, dm, dd, dm / dd, counter("paired_moe_decode", "moe_bytes_per_token") / 1e6,
+                    counter("paired_moe_decode", "dense_bytes_per_token") / 1e6, 100 * dm / counter("paired_moe_decode", "moe_bound_tokens_per_s"),
+                    100 * dd / counter("paired_moe_decode", "dense_bound_tokens_per_s"), counter("paired_moe_decode", "read_GBs"));
+    }
     return 0;
 }

@@ -3,8 +3,10 @@
 // incremental decode vs full forward, batching, the static model, KV bytes, checkpoint round trip.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 #include <vwt/vwt.hpp>
@@ -111,6 +113,50 @@ TEST_CASE("incremental decode equals the full forward") {
         CHECK(cache.length() == 20);
         CHECK(relative_error(stepped, full) < 1e-5);
     }
+}
+
+// Decode routes its one token and runs only the experts it chose: with every other expert's
+// weights set to NaN, the logits stay bit-identical (a layer that ran all experts and masked the
+// unchosen ones would turn them into NaN).
+TEST_CASE("an MoE decode step uses only its token's experts' weights") {
+    auto loaded = vwt::io::load_model_dir(reference_dir / "moe_x_top3");
+    const auto& s = loaded.config.schedule;
+    const vwt::model<backend> clean(loaded.config, loaded.params);
+    const std::vector<int> prompt{5, 77, 200, 13, 9}, next{42};
+    const backend::context ctx{1};
+    auto ws = clean.make_workspace(ctx, 8, 16);
+    auto c1 = clean.make_cache(16), c2 = clean.make_cache(16);
+    for (auto* c : {&c1, &c2}) {
+        const vwt::sequence_input<backend> in{c, prompt};
+        clean.forward(ctx, ws, std::span(&in, 1));
+    }
+    const vwt::sequence_input<backend> step1{&c1, next};
+    const auto logits = clean.forward(ctx, ws, std::span(&step1, 1));
+    const std::vector<float> expected(logits.data(), logits.data() + logits.cols());
+    // the experts the decode step chose, from the workspace's offsets of that pass
+    const auto offsets = ws.expert_offsets();
+    const int E = s.dims.moe.experts;
+    auto poisoned = loaded.params;
+    const vwt::parameter_layout layout(loaded.config);
+    int unused = 0;
+    for (int i = 0; i < s.layers(); ++i) {
+        const int* o = offsets.data() + i * (E + 1);
+        CHECK(o[E] == s.dims.moe.experts_per_token);
+        for (int e = 0; e < E; ++e) {
+            if (o[e + 1] > o[e]) continue;
+            ++unused;
+            for (const char* name : {"mlp_block.c_fc.weight", "mlp_block.c_proj.weight"}) {
+                const auto& t = layout.at(vwt::layer_prefix(i) + name);
+                const auto per_expert = t.numel() / E;
+                std::fill_n(poisoned.begin() + t.offset + e * per_expert, per_expert, std::numeric_limits<float>::quiet_NaN());
+            }
+        }
+    }
+    CHECK(unused == s.layers() * (E - s.dims.moe.experts_per_token));
+    const vwt::model<backend> sparse(loaded.config, poisoned);
+    const vwt::sequence_input<backend> step2{&c2, next};
+    const auto got = sparse.forward(ctx, ws, std::span(&step2, 1));
+    CHECK(std::vector<float>(got.data(), got.data() + got.cols()) == expected);
 }
 
 TEST_CASE("a batch of prompts of different lengths equals each prompt alone") {
