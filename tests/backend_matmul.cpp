@@ -166,45 +166,47 @@ TEST_CASE("bf16 products equal a brute-force sum over operands rounded to bf16")
         for (const vwt::index_t m : {1, 5, 64})
             for (const vwt::index_t n : {1, 33, 300})
                 for (const float beta : {0.0f, 0.5f})
-                    for (const int threads : {1, 2}) {
-                        INFO("k " << k << " m " << m << " n " << n << " beta " << beta << " threads " << threads);
-                        const vwt::cpu::context bf16_products{threads, product_precision::bf16};
-                        {  // nt, float weights (mixed-precision training's forward)
-                            strided x(m, k, rng), w(n, k, rng), y(m, n, rng);
-                            const auto rx = rounded(x), rw = rounded(w);
-                            const auto want = brute_force(
-                                m, n, k, rx, [&](auto j, auto c) { return rw(c, j); }, alpha, beta, y);
-                            B::matmul_nt(bf16_products, x.view(), w.view(), y.view(), alpha, beta);
-                            check(y, want);
+                    for (const int threads : {1, 2})
+                        for (const auto shapes : {vwt::cpu::product_shapes::fixed, vwt::cpu::product_shapes::varying_rows}) {
+                            INFO("k " << k << " m " << m << " n " << n << " beta " << beta << " threads " << threads << " varying rows "
+                                      << (shapes == vwt::cpu::product_shapes::varying_rows));
+                            const vwt::cpu::context bf16_products{threads, product_precision::bf16, shapes};
+                            {  // nt, float weights (mixed-precision training's forward)
+                                strided x(m, k, rng), w(n, k, rng), y(m, n, rng);
+                                const auto rx = rounded(x), rw = rounded(w);
+                                const auto want = brute_force(
+                                    m, n, k, rx, [&](auto j, auto c) { return rw(c, j); }, alpha, beta, y);
+                                B::matmul_nt(bf16_products, x.view(), w.view(), y.view(), alpha, beta);
+                                check(y, want);
+                            }
+                            {  // nt, bf16 weights, automatic: bf16 products above 4 rows, x as it is up to 4
+                                strided x(m, k, rng), wf(n, k, rng), y(m, n, rng);
+                                std::vector<vwt::bf16> w(wf.data.size());
+                                for (std::size_t i = 0; i < w.size(); ++i) w[i] = vwt::bf16(wf.data[i]);
+                                const auto rw = rounded(wf);
+                                const auto want = brute_force(
+                                    m, n, k,
+                                    [&](auto r, auto j) { return m > H::gemv_rows ? nearest_bf16(static_cast<float>(x.at(r, j))) : x.at(r, j); },
+                                    [&](auto j, auto c) { return rw(c, j); }, alpha, beta, y);
+                                H::matmul_nt({threads, product_precision::automatic, shapes}, x.view(),
+                                             vwt::host_matrix<const vwt::bf16>{w.data(), n, k, wf.stride}, y.view(), alpha, beta);
+                                check(y, want);
+                            }
+                            {  // nn: y = x . w, w [k x n] (the input gradient)
+                                strided x(m, k, rng), w(k, n, rng), y(m, n, rng);
+                                const auto want = brute_force(m, n, k, rounded(x), rounded(w), alpha, beta, y);
+                                B::matmul_nn(bf16_products, x.view(), w.view(), y.view(), alpha, beta);
+                                check(y, want);
+                            }
+                            {  // tn: g [n x k] = a^T . b, a [m x n], b [m x k] (the weight gradient)
+                                strided a(m, n, rng), b(m, k, rng), g(n, k, rng);
+                                const auto ra = rounded(a);
+                                const auto want = brute_force(
+                                    n, k, m, [&](auto r, auto j) { return ra(j, r); }, rounded(b), alpha, beta, g);
+                                B::matmul_tn(bf16_products, a.view(), b.view(), g.view(), alpha, beta);
+                                check(g, want);
+                            }
                         }
-                        {  // nt, bf16 weights, automatic: bf16 products above 4 rows, x as it is up to 4
-                            strided x(m, k, rng), wf(n, k, rng), y(m, n, rng);
-                            std::vector<vwt::bf16> w(wf.data.size());
-                            for (std::size_t i = 0; i < w.size(); ++i) w[i] = vwt::bf16(wf.data[i]);
-                            const auto rw = rounded(wf);
-                            const auto want = brute_force(
-                                m, n, k,
-                                [&](auto r, auto j) { return m > H::gemv_rows ? nearest_bf16(static_cast<float>(x.at(r, j))) : x.at(r, j); },
-                                [&](auto j, auto c) { return rw(c, j); }, alpha, beta, y);
-                            H::matmul_nt({threads}, x.view(), vwt::host_matrix<const vwt::bf16>{w.data(), n, k, wf.stride}, y.view(), alpha,
-                                         beta);
-                            check(y, want);
-                        }
-                        {  // nn: y = x . w, w [k x n] (the input gradient)
-                            strided x(m, k, rng), w(k, n, rng), y(m, n, rng);
-                            const auto want = brute_force(m, n, k, rounded(x), rounded(w), alpha, beta, y);
-                            B::matmul_nn(bf16_products, x.view(), w.view(), y.view(), alpha, beta);
-                            check(y, want);
-                        }
-                        {  // tn: g [n x k] = a^T . b, a [m x n], b [m x k] (the weight gradient)
-                            strided a(m, n, rng), b(m, k, rng), g(n, k, rng);
-                            const auto ra = rounded(a);
-                            const auto want = brute_force(
-                                n, k, m, [&](auto r, auto j) { return ra(j, r); }, rounded(b), alpha, beta, g);
-                            B::matmul_tn(bf16_products, a.view(), b.view(), g.view(), alpha, beta);
-                            check(g, want);
-                        }
-                    }
 }
 
 TEST_CASE("bf16 products keep one oneDNN primitive per shape in the context's cache") {
@@ -221,6 +223,14 @@ TEST_CASE("bf16 products keep one oneDNN primitive per shape in the context's ca
     CHECK(after_one == 1);  // an entry even where the CPU has no bf16 matmul (it records that)
     B::matmul_nt(ctx, x.view(), w.view(), y.view(), 0.5f);  // alpha is part of the primitive
     CHECK(ctx.cache->size() == 2);
+    // With varying rows, one primitive serves every token count (an MoE layer's expert groups).
+    const vwt::cpu::context groups{2, vwt::cpu::product_precision::bf16, vwt::cpu::product_shapes::varying_rows, ctx.cache};
+    strided g(48, 24, rng), b(48, 40, rng), t(24, 40, rng);
+    for (const vwt::index_t rows : {48, 30, 7, 48}) {
+        B::matmul_nt(groups, x.view().rows_range(0, rows).as_const(), w.view(), y.view().rows_range(0, rows));
+        B::matmul_tn(groups, g.view().rows_range(0, rows).as_const(), b.view().rows_range(0, rows).as_const(), t.view());
+    }
+    CHECK(ctx.cache->size() == 4);
 #else
     CHECK(after_one == 0);  // without oneDNN the products are emulated in float: nothing to keep
 #endif

@@ -575,20 +575,30 @@ struct backend {
             out[order[j]] = dot;
         }
     }
-    static void grouped_matmul_nt(const context& ctx, mat<const T> x, vec<const int> offsets, mat<const Weight> w, mat<T> y, T alpha = T(1),
+    // The products of an MoE layer's expert groups, whose row counts change from call to call: their
+    // bf16 products take the row count at run time (product_shapes::varying_rows).
+    static context grouped(const context& ctx) {
+        context c = ctx;
+        c.shapes = product_shapes::varying_rows;
+        return c;
+    }
+    static void grouped_matmul_nt(const context& ctx_, mat<const T> x, vec<const int> offsets, mat<const Weight> w, mat<T> y, T alpha = T(1),
                                   T beta = T(0)) {
+        const auto ctx = grouped(ctx_);
         for_each_expert(offsets, x.rows(), w.rows(), y.cols(), "grouped_matmul_nt", [&](index_t e, index_t begin, index_t end, index_t n) {
             if (begin < end) matmul_nt(ctx, x.rows_range(begin, end), w.rows_range(e * n, (e + 1) * n), y.rows_range(begin, end), alpha, beta);
         });
     }
-    static void grouped_matmul_nn(const context& ctx, mat<const T> x, vec<const int> offsets, mat<const Weight> w, mat<T> y, T alpha = T(1),
+    static void grouped_matmul_nn(const context& ctx_, mat<const T> x, vec<const int> offsets, mat<const Weight> w, mat<T> y, T alpha = T(1),
                                   T beta = T(0)) {
+        const auto ctx = grouped(ctx_);
         for_each_expert(offsets, x.rows(), w.rows(), x.cols(), "grouped_matmul_nn", [&](index_t e, index_t begin, index_t end, index_t n) {
             if (begin < end) matmul_nn(ctx, x.rows_range(begin, end), w.rows_range(e * n, (e + 1) * n), y.rows_range(begin, end), alpha, beta);
         });
     }
-    static void grouped_matmul_tn(const context& ctx, mat<const T> a, mat<const T> b, vec<const int> offsets, mat<T> y, T alpha = T(1),
+    static void grouped_matmul_tn(const context& ctx_, mat<const T> a, mat<const T> b, vec<const int> offsets, mat<T> y, T alpha = T(1),
                                   T beta = T(0)) {
+        const auto ctx = grouped(ctx_);
         check_size(a.rows(), b.rows(), "grouped_matmul_tn: rows");
         for_each_expert(offsets, a.rows(), y.rows(), a.cols(), "grouped_matmul_tn", [&](index_t e, index_t begin, index_t end, index_t n) {
             const auto y_e = y.rows_range(e * n, (e + 1) * n);
@@ -758,7 +768,7 @@ private:
         } else {
 #if defined(VWT_WITH_ONEDNN)
             if (onednn::gemm_bf16(*ctx.cache, ctx.threads, trans_a, trans_b, m, n, k, alpha, a.data(), a.stride(), b.data(), b.stride(),
-                                  beta, y.data(), y.stride()))
+                                  beta, y.data(), y.stride(), ctx.shapes))
                 return;
 #else
             (void)trans_a, (void)trans_b, (void)m, (void)n, (void)k, (void)alpha, (void)beta, (void)y;

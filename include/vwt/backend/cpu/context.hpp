@@ -25,6 +25,17 @@ enum class product_precision {
     bf16,
 };
 
+// What the bf16 products' oneDNN primitives are made for.
+enum class product_shapes {
+    // One primitive per shape, made on its first call (~1 ms): the fastest for shapes that repeat
+    // (a model's prefill and training products).
+    fixed,
+    // One primitive per weight shape whose token count (the rows of the activations) is given at
+    // run time: for products whose rows change from call to call, such as an MoE layer's expert
+    // groups, which would otherwise make a primitive for every group size they meet.
+    varying_rows,
+};
+
 // The oneDNN primitives that bf16 products create, one per shape, and the bf16 copies of their
 // float operands, kept between calls. Copies of a context share one cache; a product holds its
 // lock while it runs, so threads that share a context run their bf16 products one at a time. The
@@ -59,6 +70,7 @@ private:
 struct context {
     int threads = 1;  // OpenMP threads for each op; 1 runs on the calling thread only
     product_precision products = product_precision::automatic;
+    product_shapes shapes = product_shapes::fixed;  // the policy's grouped (MoE) products use varying_rows
     std::shared_ptr<product_cache> cache = std::make_shared<product_cache>();
 };
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #if defined(VWT_WITH_ONEDNN)
+#include <array>
 #include <bit>
 #include <type_traits>
 
@@ -89,28 +90,41 @@ const bf16* as_bf16(int threads, const E* p, index_t rows, index_t cols, index_t
 
 // y = alpha * op(a) . op(b) + beta * y with bf16 operands (float and q8 ones rounded to bf16 first,
 // ties to even), float sums and a float y, row-major, op = transpose where the flag is 'T'. It runs a
-// oneDNN matmul primitive made on the first call of each shape and kept in `cache`. Returns false,
-// having done nothing, where oneDNN has no bf16 matmul for this CPU (one without AVX-512); the
-// caller then multiplies another way.
+// oneDNN matmul primitive kept in `cache`: made on the first call of each shape, or with
+// varying_rows on the first call of each shape but its token count (m where a is not transposed,
+// k where it is), which the primitive takes at run time. Returns false, having done nothing, where
+// oneDNN has no bf16 matmul for this CPU (one without AVX-512); the caller then multiplies another
+// way.
 template <class A, class B>
 bool gemm_bf16(product_cache& cache, int threads, char trans_a, char trans_b, index_t m, index_t n, index_t k, float alpha,
-               const A* a, index_t lda, const B* b, index_t ldb, float beta, float* y, index_t ldy) {
+               const A* a, index_t lda, const B* b, index_t ldb, float beta, float* y, index_t ldy,
+               product_shapes shapes = product_shapes::fixed) {
     if (m == 0 || n == 0 || k == 0) {  // nothing to multiply: sgemm's own handling
         sgemm(threads, 'N', 'N', m, n, 0, alpha, nullptr, 1, nullptr, 1, beta, y, ldy);
         return true;
     }
     const std::scoped_lock lock(cache.mutex());
-    const product_cache::key key{trans_a, trans_b, m, n, k, lda, ldb, ldy, std::bit_cast<std::int32_t>(alpha),
+    const bool varying = shapes == product_shapes::varying_rows;
+    constexpr index_t runtime = DNNL_RUNTIME_DIM_VAL;
+    const index_t key_m = varying && trans_a == 'N' ? -1 : m, key_k = varying && trans_a == 'T' ? -1 : k;
+    const product_cache::key key{trans_a, trans_b, key_m, n, key_k, lda, ldb, ldy, std::bit_cast<std::int32_t>(alpha),
                                  std::bit_cast<std::int32_t>(beta)};
     // The primitive reads the operands in place: strides say which is transposed. Float operands
-    // are rounded into packed copies, which changes their leading dimension, not the key's.
+    // are rounded into packed copies, which changes their leading dimension, not the key's. (No
+    // packed leading dimension is the token count, so a run-time token count keeps them fixed.)
     const index_t packed_lda = trans_a == 'N' ? k : m, packed_ldb = trans_b == 'N' ? n : k;
     const index_t ld_a = std::is_same_v<A, bf16> ? lda : packed_lda, ld_b = std::is_same_v<B, bf16> ? ldb : packed_ldb;
     using dims = dnnl::memory::dims;
     using dt = dnnl::memory::data_type;
-    const dnnl::memory::desc a_desc({m, k}, dt::bf16, trans_a == 'N' ? dims{ld_a, 1} : dims{1, ld_a});
-    const dnnl::memory::desc b_desc({k, n}, dt::bf16, trans_b == 'N' ? dims{ld_b, 1} : dims{1, ld_b});
-    const dnnl::memory::desc y_desc({m, n}, dt::f32, dims{ldy, 1});
+    const auto descs = [&](index_t rows_m, index_t rows_k) {
+        return std::array{dnnl::memory::desc({rows_m, rows_k}, dt::bf16, trans_a == 'N' ? dims{ld_a, 1} : dims{1, ld_a}),
+                          dnnl::memory::desc({rows_k, n}, dt::bf16, trans_b == 'N' ? dims{ld_b, 1} : dims{1, ld_b}),
+                          dnnl::memory::desc({rows_m, n}, dt::f32, dims{ldy, 1})};
+    };
+    const auto actual = descs(m, k);
+    const auto& a_desc = actual[0];
+    const auto& b_desc = actual[1];
+    const auto& y_desc = actual[2];
     if (!cache.engine()) cache.engine() = std::make_shared<dnnl::engine>(dnnl::engine::kind::cpu, 0);
     auto& engine = *static_cast<dnnl::engine*>(cache.engine().get());
     const auto primitive = std::static_pointer_cast<dnnl::matmul>(cache.find_or_make(key, [&]() -> std::shared_ptr<void> {
@@ -121,8 +135,9 @@ bool gemm_bf16(product_cache& cache, int threads, char trans_a, char trans_b, in
             ops.append_sum(beta);
             attr.set_post_ops(ops);
         }
+        const auto made = descs(key_m < 0 ? runtime : m, key_k < 0 ? runtime : k);
         try {
-            return std::make_shared<dnnl::matmul>(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_desc, b_desc, y_desc), attr, engine));
+            return std::make_shared<dnnl::matmul>(dnnl::matmul::primitive_desc(dnnl::matmul::desc(made[0], made[1], made[2]), attr, engine));
         } catch (const dnnl::error& e) {
             if (e.status == dnnl_unimplemented) return nullptr;
             vwt::detail::fail("oneDNN bf16 matmul of [", m, " x ", k, "] by [", k, " x ", n, "]: ", e.what());
