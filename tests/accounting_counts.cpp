@@ -55,10 +55,11 @@ std::vector<tensor> tensors_of(const vwt::dynamic_schedule& s) {
 
 void check_against_brute_force(const vwt::dynamic_schedule& s, int ctx) {
     const auto costs = vwt::account(s, {ctx, 2, 4});
-    long long params = 0;
+    long long params = 0, active = 0;  // active: what one token uses (MoE: `used` of `active_of` experts)
     double flops = 0;
     for (const auto& t : tensors_of(s)) {
         params += t.numel();
+        active += t.numel() / t.active_of * t.used;
         if (t.matmul) flops += 2.0 * static_cast<double>(t.numel()) / t.active_of * t.used;
     }
     long long kv = 0;
@@ -67,6 +68,7 @@ void check_against_brute_force(const vwt::dynamic_schedule& s, int ctx) {
         kv += 2LL * s.dims.kv_heads * s.head_dim(i);        // one key and one value per kv head
     }
     CHECK(costs.params.total() == params);
+    CHECK(costs.params.active == active);
     CHECK(costs.flops_per_token == Approx(flops).epsilon(1e-12));
     CHECK(costs.train_flops_per_token == Approx(3 * flops).epsilon(1e-12));
     CHECK(costs.kv_values_per_token == kv);
