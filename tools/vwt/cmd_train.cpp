@@ -1,7 +1,10 @@
 // `vwt train` (byte-level or token-file corpus, progress bar, JSON-lines log, resumable
 // checkpoints) and `vwt eval` (validation loss and perplexity of a model directory).
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
+#include <memory>
 #include <iostream>
 
 #include <optional>
@@ -9,6 +12,12 @@
 #include <vwt/io/bpe_tokenizer.hpp>
 #include <vwt/train/trainer.hpp>
 #include <vwt/vwt.hpp>
+#if defined(VWT_WITH_MPI)
+#include <unistd.h>
+
+#include <thread>
+#include <vwt/train/mpi.hpp>
+#endif
 
 #include "commands.hpp"
 #include "device_flags.hpp"
@@ -24,6 +33,30 @@ std::string eta(double seconds) {
     std::snprintf(buf, sizeof buf, "%ld:%02ld", s / 60, s % 60);
     return buf;
 }
+
+#if defined(VWT_WITH_MPI)
+// `vwt train --ranks N`: this same command line without --ranks, started N times by mpirun
+// (oversubscribed when N is more than the cores). Does not return unless mpirun cannot start.
+[[noreturn]] void relaunch_with_mpirun(int ranks) {
+    std::ifstream f("/proc/self/cmdline", std::ios::binary);
+    std::vector<std::string> args;
+    for (std::string a; std::getline(f, a, '\0');) args.push_back(a);
+    std::vector<std::string> cmd{"mpirun", "-np", std::to_string(ranks)};
+    if (static_cast<unsigned>(ranks) > std::max(1u, std::thread::hardware_concurrency())) cmd.push_back("--oversubscribe");
+    cmd.push_back(std::filesystem::read_symlink("/proc/self/exe").string());  // this binary (mpirun's own once exec'd)
+    for (std::size_t i = 1; i < args.size(); ++i) {
+        if (args[i] == "--ranks") { ++i; continue; }
+        if (args[i].rfind("--ranks=", 0) == 0) continue;
+        cmd.push_back(args[i]);
+    }
+    std::vector<char*> argv;
+    for (auto& a : cmd) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::cout << std::flush;
+    execvp("mpirun", argv.data());
+    detail::fail("--ranks: could not start mpirun (", std::strerror(errno), ")");
+}
+#endif
 
 // Each MoE layer's share of the (token, expert) pairs per expert, in percent, and the busiest
 // expert's load over the mean (1 = perfectly balanced).
@@ -82,6 +115,7 @@ void add_train_commands(CLI::App& app) {
             std::uint64_t seed = 0;
             std::int64_t eval_every = 50, checkpoint_every = 100;
             bool resume = false, standard = false;
+            int ranks = 1;
         };
         auto o = std::make_shared<options>();
         auto* cmd = app.add_subcommand("train", "train a model on a corpus (byte-level text or a token file)");
@@ -91,8 +125,10 @@ void add_train_commands(CLI::App& app) {
         cmd->add_option("--tokenizer", o->tokenizer,
                         "tokenizer.json (byte-level BPE) for a text corpus: the model's vocabulary is its ids, and checkpoints carry it");
         cmd->add_option("--steps", o->steps, "optimizer steps");
-        cmd->add_option("--batch", o->batch, "sequences per micro-batch");
+        cmd->add_option("--batch", o->batch, "sequences per micro-batch; a step is --batch x --accumulate sequences, whatever the ranks");
         cmd->add_option("--accumulate", o->accumulate, "micro-batches per step (gradient accumulation)");
+        cmd->add_option("--ranks", o->ranks,
+                        "data-parallel processes: starts this command under `mpirun -np N` (or run it under mpirun yourself)");
         cmd->add_option("--seq", o->seq, "sequence length");
         cmd->add_option("--lr", o->lr, "peak learning rate");
         cmd->add_option("--decay", o->decay, "cosine, constant or power");
@@ -108,6 +144,17 @@ void add_train_commands(CLI::App& app) {
         cmd->add_flag("--resume", o->resume, "continue from the latest checkpoint in --out");
         cmd->add_flag("--standard", o->standard, "standard parametrisation instead of muP");
         cmd->callback([o] {
+            if (o->ranks < 1) detail::fail("--ranks: must be at least 1");
+#if defined(VWT_WITH_MPI)
+            if (o->ranks > 1) {
+                if (train::mpi_environment::launched()) detail::fail("--ranks: already running under an MPI launcher; leave --ranks to mpirun -np");
+                relaunch_with_mpirun(o->ranks);
+            }
+            std::optional<train::mpi_environment> mpi;
+            if (train::mpi_environment::launched()) mpi.emplace();
+#else
+            if (o->ranks > 1) detail::fail("--ranks: this vwt was built without MPI (vwt::mpi; install libopenmpi-dev and rebuild)");
+#endif
             std::string name;
             int base = 0;
             std::optional<io::bpe_tokenizer> tok;
@@ -154,17 +201,30 @@ void add_train_commands(CLI::App& app) {
             t.lr = {decay, o->lr, warmup, o->steps, o->lr / 10};
             if (decay == train::lr_decay::power) t.lr.tokens_per_step = static_cast<double>(o->batch) * o->accumulate * o->seq;
             std::filesystem::create_directories(o->out);
+            try {
             o->device.run([&]<class B>(const typename B::context& ctx) {
-                train::trainer<B> tr(ctx, c, params, std::move(data), t);
+                std::unique_ptr<train::communicator<B>> comm;
+#if defined(VWT_WITH_MPI)
+                if (mpi) {
+                    if constexpr (B::memory::host_accessible)
+                        comm = std::make_unique<train::mpi_communicator<B>>();
+                    else
+                        detail::fail("mpirun: data-parallel training runs CPU ranks (--device cpu); GPU ranks need NCCL, not built");
+                }
+#endif
+                train::trainer<B> tr(ctx, c, params, std::move(data), t, comm.get());
+                const bool lead = !comm || comm->rank() == 0;  // rank 0 logs and prints
                 const auto log_path = std::filesystem::path(o->out) / "log.jsonl";
                 if (o->resume) {
                     tr.resume();
-                    truncate_log(log_path, tr.step());
+                    if (lead) truncate_log(log_path, tr.step());
                 }
-                std::ofstream log(log_path, o->resume ? std::ios::app : std::ios::trunc);
+                std::ofstream log;
+                if (lead) log.open(log_path, o->resume ? std::ios::app : std::ios::trunc);
                 const auto start = std::chrono::steady_clock::now();
                 const auto first = tr.step();
                 tr.run([&](const train::step_report& r) {
+                    if (!lead) return;
                     nlohmann::ordered_json j = {{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
                                                 {"tokens_per_s", r.tokens_per_second}};
                     if (r.validation_loss >= 0) j["val_loss"] = r.validation_loss;
@@ -188,8 +248,16 @@ void add_train_commands(CLI::App& app) {
                         std::cerr << "\nstep " << r.step << ": validation loss " << r.validation_loss << " (perplexity "
                                   << std::exp(r.validation_loss) << ")\n";
             });
-            std::cout << "trained " << name << " to step " << tr.step() << "; checkpoint " << (std::filesystem::path(o->out) / train::checkpoint_name(tr.step())).string() << '\n';
+            if (lead) std::cout << "trained " << name << " to step " << tr.step() << "; checkpoint " << (std::filesystem::path(o->out) / train::checkpoint_name(tr.step())).string() << '\n';
             });
+            } catch (const std::exception& e) {
+#if defined(VWT_WITH_MPI)
+                int ranks = 1;
+                if (mpi) MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+                if (ranks > 1) train::mpi_environment::abort(e.what(), 1);  // the other ranks must not wait for this one
+#endif
+                throw;
+            }
         });
     }
     {

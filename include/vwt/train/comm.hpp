@@ -3,6 +3,8 @@
 // (single_process); a data-parallel engine (MPI, NCCL) implements the same interface.
 #pragma once
 
+#include <span>
+
 #include "../tensor/view.hpp"
 
 namespace vwt::train {
@@ -17,6 +19,8 @@ public:
     virtual int size() const = 0;
     // Every rank's `data` becomes the elementwise sum over ranks, in the same order on every rank.
     virtual void all_reduce_sum(const typename B::context& ctx, vector_view<T, M> data) = 0;
+    // The same for a few host numbers (losses, counts).
+    virtual void all_reduce_sum(std::span<double> host) = 0;
     // Every rank's `data` becomes root's.
     virtual void broadcast(const typename B::context& ctx, vector_view<T, M> data, int root) = 0;
     virtual void barrier() = 0;
@@ -28,6 +32,7 @@ public:
     int rank() const override { return 0; }
     int size() const override { return 1; }
     void all_reduce_sum(const typename B::context&, vector_view<typename B::compute_type, typename B::memory>) override {}
+    void all_reduce_sum(std::span<double>) override {}
     void broadcast(const typename B::context&, vector_view<typename B::compute_type, typename B::memory>, int) override {}
     void barrier() override {}
 };

@@ -29,8 +29,9 @@ namespace vwt::train {
 
 struct train_options {
     std::int64_t steps = 100;
-    int batch = 8;          // sequences per micro-batch
-    int accumulate = 1;     // micro-batches per optimizer step
+    int batch = 8;          // sequences per micro-batch (of one process)
+    int accumulate = 1;     // micro-batches per optimizer step: batch x accumulate sequences per step,
+                            // whatever the number of ranks (data parallelism splits them)
     double clip = 1.0;      // global gradient norm; 0 disables
     lr_schedule lr{lr_decay::cosine, 3e-3, 10, 100, 3e-4};
     adamw_options adam{};
@@ -45,7 +46,8 @@ struct step_report {
     std::int64_t step = 0;
     double loss = 0, lr = 0, grad_norm = 0, tokens_per_second = 0;
     double validation_loss = -1;  // < 0: not evaluated at this step
-    // MoE models: the sum over layers of the routers' auxiliary losses (mean over micro-batches;
+    // MoE models: the sum over layers of the routers' auxiliary losses (mean over micro-batches, each
+    // computed over its own tokens;
     // the objective adds router_aux_loss_coef times it), and the (token, expert) pairs each
     // expert took, layer i's E at i E, over the step's micro-batches. -1 and empty when dense.
     double aux_loss = -1;
@@ -111,7 +113,11 @@ public:
     using M = typename B::memory;
     using context = typename B::context;
 
-    // `comm` (kept by reference, default: this process alone) combines gradients across ranks.
+    // `comm` (kept by reference, default: this process alone) combines gradients across ranks. With
+    // N ranks, each step's batch x accumulate windows (the same windows, in the same order, as one
+    // process would take) are dealt out round-robin, window j to rank j mod N, and each rank runs
+    // its share in equal micro-batches of at most `batch`; the gradient is the mean over all of them.
+    // Every rank holds the same parameters; rank 0 writes the checkpoints.
     trainer(const context& ctx, model_config c, std::span<const W> params, window_loader data, train_options o,
             communicator<B>* comm = nullptr)
         : ctx_(ctx),
@@ -124,8 +130,21 @@ public:
           opt_(ctx, model_.config(), model_.layout(), o_.adam),
           norm_sum_(1) {
         if (o_.batch < 1 || o_.accumulate < 1) vwt::detail::fail("trainer: batch and accumulate must be >= 1");
-        workspace_ = std::make_unique<step_workspace<B>>(ctx, model_, o_.batch, static_cast<index_t>(data_.sequence_length()));
+        const int ranks = comm_->size();
+        const std::int64_t global = static_cast<std::int64_t>(o_.batch) * o_.accumulate;
+        if (global % ranks != 0)
+            vwt::detail::fail("trainer: the ", global, " sequences of a step (batch ", o_.batch, " x accumulate ", o_.accumulate,
+                              ") do not divide among ", ranks, " ranks");
+        // This rank's share in equal micro-batches: the largest size <= batch that divides it.
+        const auto share = static_cast<int>(global / ranks);
+        micro_ = std::min(o_.batch, share);
+        while (share % micro_ != 0) --micro_;
+        workspace_ = std::make_unique<step_workspace<B>>(ctx, model_, micro_, static_cast<index_t>(data_.sequence_length()));
     }
+
+    // Sequences per micro-batch on this rank, and micro-batches per step on all ranks together.
+    int micro_batch() const { return micro_; }
+    int micro_batches() const { return o_.batch * o_.accumulate / micro_; }
 
     std::int64_t step() const { return step_; }
     const model_config& config() const { return model_.config(); }
@@ -142,28 +161,41 @@ public:
     void run(const std::function<void(const step_report&)>& report = {}) {
         std::vector<int> tokens, targets, x, y;
         const auto grad = grads_.view();
+        const int ranks = comm_->size(), rank = comm_->rank(), global = o_.batch * o_.accumulate;
+        const auto& moe = model_.schedule().dims.moe;
+        std::vector<double> totals;  // this rank's sums, then every rank's: loss, aux loss, tokens per expert
         while (step_ < o_.steps) {
             const auto t0 = std::chrono::steady_clock::now();
             B::fill(ctx_, grad.as_matrix(1, grad.size()), T(0));
-            double loss = 0;
-            std::size_t window = 0;
             step_report r;
-            const auto& moe = model_.schedule().dims.moe;
-            if (moe.enabled()) r.aux_loss = 0, r.expert_tokens.assign(static_cast<std::size_t>(model_.schedule().layers() * moe.experts), 0);
-            for (int micro = 0; micro < o_.accumulate; ++micro) {
+            if (moe.enabled()) r.expert_tokens.assign(static_cast<std::size_t>(model_.schedule().layers() * moe.experts), 0);
+            totals.assign(2 + r.expert_tokens.size(), 0.0);
+            std::size_t window = 0;
+            int in_batch = 0;
+            tokens.clear();
+            targets.clear();
+            for (int j = 0; j < global; ++j) {
+                data_.next(x, y);  // every rank draws every window, and keeps its own
+                window = x.size();
+                if (j % ranks != rank) continue;
+                tokens.insert(tokens.end(), x.begin(), x.end());
+                targets.insert(targets.end(), y.begin(), y.end());
+                if (++in_batch < micro_) continue;
+                totals[0] += loss_and_gradient(ctx_, model_, token_batch{tokens, targets, micro_}, *workspace_, grad_views_);
+                if (moe.enabled()) add_moe_statistics(totals);
                 tokens.clear();
                 targets.clear();
-                for (int s = 0; s < o_.batch; ++s) {
-                    data_.next(x, y);
-                    tokens.insert(tokens.end(), x.begin(), x.end());
-                    targets.insert(targets.end(), y.begin(), y.end());
-                    window = x.size();
-                }
-                loss += loss_and_gradient(ctx_, model_, token_batch{tokens, targets, o_.batch}, *workspace_, grad_views_) / o_.accumulate;
-                if (moe.enabled()) add_moe_statistics(r);
+                in_batch = 0;
             }
             comm_->all_reduce_sum(ctx_, grad);
-            B::scale(ctx_, grad, static_cast<T>(1.0 / (o_.accumulate * comm_->size())));
+            comm_->all_reduce_sum(std::span<double>(totals));
+            const double micro_batches = this->micro_batches();
+            B::scale(ctx_, grad, static_cast<T>(1.0 / micro_batches));
+            const double loss = totals[0] / micro_batches;
+            if (moe.enabled()) {
+                r.aux_loss = totals[1] / micro_batches;
+                for (std::size_t i = 0; i < r.expert_tokens.size(); ++i) r.expert_tokens[i] = static_cast<std::int64_t>(totals[2 + i]);
+            }
             if (!std::isfinite(loss))
                 vwt::detail::fail("training: loss became ", loss, " at step ", step_ + 1,
                                   "; stopped, the last checkpoint is kept (lower the learning rate?)");
@@ -173,10 +205,11 @@ public:
             r.lr = o_.lr.at(step_);
             opt_.step(ctx_, model_.parameters(), vector_view<const T, M>(grad), r.lr);
             const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            r.tokens_per_second = static_cast<double>(o_.batch) * o_.accumulate * static_cast<double>(window) / seconds;
+            r.tokens_per_second = static_cast<double>(global) * static_cast<double>(window) / seconds;  // all ranks together
             const bool last = step_ == o_.steps;
-            if ((o_.eval_every > 0 && step_ % o_.eval_every == 0) || last) r.validation_loss = validation_loss(ctx_, model_, data_);
-            if (!o_.out.empty() && comm_->rank() == 0 && ((o_.checkpoint_every > 0 && step_ % o_.checkpoint_every == 0) || last))
+            // Validation and checkpoints on rank 0 (every rank holds the same parameters).
+            if (rank == 0 && ((o_.eval_every > 0 && step_ % o_.eval_every == 0) || last)) r.validation_loss = validation_loss(ctx_, model_, data_);
+            if (!o_.out.empty() && rank == 0 && ((o_.checkpoint_every > 0 && step_ % o_.checkpoint_every == 0) || last))
                 save_checkpoint();
             if (report) report(r);
         }
@@ -248,13 +281,15 @@ public:
     }
 
 private:
-    void add_moe_statistics(step_report& r) {
-        for (double a : workspace_->host_aux_losses()) r.aux_loss += a / o_.accumulate;
+    // Adds the last micro-batch's auxiliary losses (summed over layers) to totals[1] and its
+    // tokens per expert to totals[2...].
+    void add_moe_statistics(std::vector<double>& totals) {
+        for (double a : workspace_->host_aux_losses()) totals[1] += a;
         const auto offsets = workspace_->host_expert_offsets();
         const auto E = static_cast<std::size_t>(model_.schedule().dims.moe.experts);
-        for (std::size_t i = 0; i < r.expert_tokens.size(); ++i) {
-            const std::size_t layer = i / E, e = i % E, at = layer * (E + 1) + e;
-            r.expert_tokens[i] += offsets[at + 1] - offsets[at];
+        for (std::size_t i = 0; i + 2 < totals.size(); ++i) {
+            const std::size_t at = i / E * (E + 1) + i % E;
+            totals[2 + i] += offsets[at + 1] - offsets[at];
         }
     }
 
@@ -276,6 +311,7 @@ private:
     adamw<B> opt_;
     typename B::template buffer<double> norm_sum_;
     std::unique_ptr<step_workspace<B>> workspace_;
+    int micro_ = 1;  // sequences per micro-batch on this rank
     std::int64_t step_ = 0;
 };
 
