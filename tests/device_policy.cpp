@@ -88,6 +88,11 @@ TEST_CASE("logits match the PyTorch reference to 1e-4 relative") {
         const auto name = e["model"].get<std::string>();
         const auto tokens = e["tokens"].get<std::vector<int>>();
         CAPTURE(name, tokens.size());
+        if (vwt::io::read_model_config(reference_dir / name).schedule.dims.moe.enabled()) {
+            // the CUDA policy has no MoE ops yet: building such a model says so
+            CHECK_THROWS_WITH(load<device>(reference_dir / name, ctx), Catch::Contains("mixtures of experts, which this backend policy"));
+            continue;
+        }
         const auto m = load<device>(reference_dir / name, ctx);
         CHECK(relative_error(all_logits(m, ctx, tokens), read_floats(reference_dir / name / e["logits"].get<std::string>())) < 1e-4);
     }

@@ -21,6 +21,14 @@ public:
     virtual void all_reduce_sum(const typename B::context& ctx, vector_view<T, M> data) = 0;
     // The same for a few host numbers (losses, counts).
     virtual void all_reduce_sum(std::span<double> host) = 0;
+    // Starts the all-reduce of one part of a buffer (a layer's gradients as soon as its backward is
+    // done), to overlap with the rest of the backward; `data` must stay untouched until
+    // finish_all_reduces() returns. An engine without non-blocking collectives reduces it here.
+    virtual void start_all_reduce_sum(const typename B::context& ctx, vector_view<T, M> data) { all_reduce_sum(ctx, data); }
+    // Lets started reductions progress (called between layers of the backward).
+    virtual void progress() {}
+    // Waits for every started reduction.
+    virtual void finish_all_reduces() {}
     // Every rank's `data` becomes root's.
     virtual void broadcast(const typename B::context& ctx, vector_view<T, M> data, int root) = 0;
     virtual void barrier() = 0;

@@ -17,19 +17,18 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "../error.hpp"
 #include "comm.hpp"
 
-namespace vwt::train {
-
-namespace detail {
+namespace vwt::detail {
 inline void check_mpi(int code, const char* what) {
     if (code == MPI_SUCCESS) return;
     char text[MPI_MAX_ERROR_STRING];
     int length = 0;
     MPI_Error_string(code, text, &length);
-    vwt::detail::fail("MPI ", what, ": ", std::string(text, static_cast<std::size_t>(length)));
+    fail("MPI ", what, ": ", std::string(text, static_cast<std::size_t>(length)));
 }
 template <class T>
 MPI_Datatype mpi_type() {
@@ -43,7 +42,9 @@ void in_pieces(T* data, std::size_t n, F&& f) {
     constexpr std::size_t piece = std::numeric_limits<int>::max() / 2;
     for (std::size_t at = 0; at < n; at += piece) f(data + at, static_cast<int>(std::min(piece, n - at)));
 }
-}  // namespace detail
+}  // namespace vwt::detail
+
+namespace vwt::train {
 
 // MPI for this process: initialised (with MPI_THREAD_FUNNELED: OpenMP threads compute, the main
 // thread communicates) unless it already was, finalised at destruction if it was initialised here.
@@ -55,7 +56,7 @@ public:
         MPI_Initialized(&ready);
         if (!ready) {
             int provided = 0;
-            detail::check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "init");
+            vwt::detail::check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "init");
             owned_ = true;
         }
     }
@@ -92,28 +93,46 @@ public:
     static_assert(M::host_accessible, "mpi_communicator moves host memory; a device policy needs a device-aware engine (NCCL)");
 
     explicit mpi_communicator(MPI_Comm comm = MPI_COMM_WORLD) : comm_(comm) {
-        detail::check_mpi(MPI_Comm_rank(comm_, &rank_), "rank");
-        detail::check_mpi(MPI_Comm_size(comm_, &size_), "size");
+        vwt::detail::check_mpi(MPI_Comm_rank(comm_, &rank_), "rank");
+        vwt::detail::check_mpi(MPI_Comm_size(comm_, &size_), "size");
     }
     int rank() const override { return rank_; }
     int size() const override { return size_; }
     void all_reduce_sum(const typename B::context&, vector_view<T, M> data) override {
-        detail::in_pieces(data.data(), static_cast<std::size_t>(data.size()), [&](T* p, int n) {
-            detail::check_mpi(MPI_Allreduce(MPI_IN_PLACE, p, n, detail::mpi_type<T>(), MPI_SUM, comm_), "all-reduce");
+        vwt::detail::in_pieces(data.data(), static_cast<std::size_t>(data.size()), [&](T* p, int n) {
+            vwt::detail::check_mpi(MPI_Allreduce(MPI_IN_PLACE, p, n, vwt::detail::mpi_type<T>(), MPI_SUM, comm_), "all-reduce");
         });
     }
     void all_reduce_sum(std::span<double> host) override {
-        detail::check_mpi(MPI_Allreduce(MPI_IN_PLACE, host.data(), static_cast<int>(host.size()), MPI_DOUBLE, MPI_SUM, comm_), "all-reduce");
+        vwt::detail::check_mpi(MPI_Allreduce(MPI_IN_PLACE, host.data(), static_cast<int>(host.size()), MPI_DOUBLE, MPI_SUM, comm_), "all-reduce");
+    }
+    // MPI_Iallreduce per part; MPI_Testall between layers lets them progress (Open MPI without a
+    // progress thread advances them only inside MPI calls).
+    void start_all_reduce_sum(const typename B::context&, vector_view<T, M> data) override {
+        vwt::detail::in_pieces(data.data(), static_cast<std::size_t>(data.size()), [&](T* p, int n) {
+            requests_.emplace_back();
+            vwt::detail::check_mpi(MPI_Iallreduce(MPI_IN_PLACE, p, n, vwt::detail::mpi_type<T>(), MPI_SUM, comm_, &requests_.back()), "all-reduce");
+        });
+    }
+    void progress() override {
+        if (requests_.empty()) return;
+        int done = 0;
+        vwt::detail::check_mpi(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE), "all-reduce");
+    }
+    void finish_all_reduces() override {
+        vwt::detail::check_mpi(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE), "all-reduce");
+        requests_.clear();
     }
     void broadcast(const typename B::context&, vector_view<T, M> data, int root) override {
-        detail::in_pieces(data.data(), static_cast<std::size_t>(data.size()),
-                          [&](T* p, int n) { detail::check_mpi(MPI_Bcast(p, n, detail::mpi_type<T>(), root, comm_), "broadcast"); });
+        vwt::detail::in_pieces(data.data(), static_cast<std::size_t>(data.size()),
+                          [&](T* p, int n) { vwt::detail::check_mpi(MPI_Bcast(p, n, vwt::detail::mpi_type<T>(), root, comm_), "broadcast"); });
     }
-    void barrier() override { detail::check_mpi(MPI_Barrier(comm_), "barrier"); }
+    void barrier() override { vwt::detail::check_mpi(MPI_Barrier(comm_), "barrier"); }
 
 private:
     MPI_Comm comm_;
     int rank_ = 0, size_ = 1;
+    std::vector<MPI_Request> requests_;
 };
 
 }  // namespace vwt::train

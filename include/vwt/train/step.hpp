@@ -8,6 +8,7 @@
 // the rotated q, k, v, the attention output and the fused MLP input; normed inputs, the SwiGLU
 // output and the attention probabilities are recomputed in the backward.
 
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -117,10 +118,14 @@ private:
 // losses (semantics.md section 6), whose gradient is added too; the return value stays the mean
 // next-token loss; ws.host_aux_losses() and ws.host_expert_offsets() hold each layer's auxiliary
 // loss and expert offsets afterwards.
+// `ready`, when given, is called as parts of the gradient become final for this batch: with the
+// layer index after each block's backward, with -1 after the head's (ln_f and lm_head), with -2
+// after the embedding's (a data-parallel trainer starts their all-reduce there).
 template <class Model>
 double loss_and_gradient(const typename Model::context& ctx, const Model& m, const token_batch& batch,
                          step_workspace<typename Model::backend>& ws,
-                         const model_tensors<typename Model::T, typename Model::backend::memory>& grads) {
+                         const model_tensors<typename Model::T, typename Model::backend::memory>& grads,
+                         const std::function<void(int)>& ready = {}) {
     using B = typename Model::backend;
     using T = typename B::compute_type;
     const int V = m.vocab();
@@ -161,12 +166,15 @@ double loss_and_gradient(const typename Model::context& ctx, const Model& m, con
     // backward
     m.head_layer().backward(ctx, x.all().as_const(), ws.head_in().as_const(), ws.logits().as_const(), ws.d_head_in(), dx.all(),
                             ws.scratch().norm, grads.head);
+    if (ready) ready(-1);
     m.for_each_block_reversed([&](const auto& b) {
         const auto kept = b.carve_saved(ws.saved_memory(b.layer()), rows);
         b.backward(ctx, dx, seqs, positions, kept, ws.scratch(), grads.of(b));
+        if (ready) ready(b.layer());
         resize.template before_layer_backward<B>(ctx, dx, b.layer());
     });
     m.embedding_layer().backward(ctx, dx, ids, grads.embedding);
+    if (ready) ready(-2);
     if (!ws.host_aux_losses().empty()) {
         B::download(ctx, vector_view<const double, typename B::memory>(ws.scratch().moe_aux), ws.host_aux_losses());
         B::download(ctx, vector_view<const int, typename B::memory>(ws.scratch().expert_offsets), ws.host_expert_offsets());

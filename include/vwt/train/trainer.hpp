@@ -140,6 +140,15 @@ public:
         micro_ = std::min(o_.batch, share);
         while (share % micro_ != 0) --micro_;
         workspace_ = std::make_unique<step_workspace<B>>(ctx, model_, micro_, static_cast<index_t>(data_.sequence_length()));
+        // The gradient's parts in the order the backward finishes them: the embedding (part 0), the
+        // head's ln_f and lm_head (part 1), layer i (part 2 + i); each contiguous in the layout.
+        gradient_parts_.assign(static_cast<std::size_t>(model_.schedule().layers() + 2), {0, 0});
+        for (const auto& t : model_.layout().tensors()) {
+            auto& [begin, end] = gradient_parts_[static_cast<std::size_t>(t.layer >= 0 ? 2 + t.layer : t.role == tensor_role::embedding ? 0 : 1)];
+            if (end == 0) begin = end = t.offset;
+            if (t.offset != end) vwt::detail::fail("trainer: the tensors of a gradient part are not contiguous (", t.name, ")");
+            end += t.numel();
+        }
     }
 
     // Sequences per micro-batch on this rank, and micro-batches per step on all ranks together.
@@ -171,9 +180,16 @@ public:
             if (moe.enabled()) r.expert_tokens.assign(static_cast<std::size_t>(model_.schedule().layers() * moe.experts), 0);
             totals.assign(2 + r.expert_tokens.size(), 0.0);
             std::size_t window = 0;
-            int in_batch = 0;
+            int in_batch = 0, micro_left = global / ranks / micro_;
             tokens.clear();
             targets.clear();
+            // With several ranks, each part of the gradient is all-reduced as soon as the step's last
+            // micro-batch has finished it, overlapping the rest of the backward.
+            const std::function<void(int)> reduce_part = [&](int part) {
+                const auto [begin, end] = gradient_parts_[static_cast<std::size_t>(part + 2)];
+                comm_->start_all_reduce_sum(ctx_, grad.subview(begin, end - begin));
+                comm_->progress();
+            };
             for (int j = 0; j < global; ++j) {
                 data_.next(x, y);  // every rank draws every window, and keeps its own
                 window = x.size();
@@ -181,13 +197,15 @@ public:
                 tokens.insert(tokens.end(), x.begin(), x.end());
                 targets.insert(targets.end(), y.begin(), y.end());
                 if (++in_batch < micro_) continue;
-                totals[0] += loss_and_gradient(ctx_, model_, token_batch{tokens, targets, micro_}, *workspace_, grad_views_);
+                const bool last_micro = --micro_left == 0;
+                totals[0] += loss_and_gradient(ctx_, model_, token_batch{tokens, targets, micro_}, *workspace_, grad_views_,
+                                               ranks > 1 && last_micro ? reduce_part : std::function<void(int)>{});
                 if (moe.enabled()) add_moe_statistics(totals);
                 tokens.clear();
                 targets.clear();
                 in_batch = 0;
             }
-            comm_->all_reduce_sum(ctx_, grad);
+            comm_->finish_all_reduces();
             comm_->all_reduce_sum(std::span<double>(totals));
             const double micro_batches = this->micro_batches();
             B::scale(ctx_, grad, static_cast<T>(1.0 / micro_batches));
@@ -312,6 +330,7 @@ private:
     typename B::template buffer<double> norm_sum_;
     std::unique_ptr<step_workspace<B>> workspace_;
     int micro_ = 1;  // sequences per micro-batch on this rank
+    std::vector<std::pair<std::int64_t, std::int64_t>> gradient_parts_;  // [begin, end) in the gradient buffer
     std::int64_t step_ = 0;
 };
 
