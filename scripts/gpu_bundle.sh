@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 build="${1:-build-gpu}"  # its own build: portable x86-64 code (the device machine's CPU is not this one)
 nvcc="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DVWT_WITH_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" \
-  -DVWT_BUILD_TESTS=ON -DVWT_BUILD_BENCH=ON -DVWT_BUILD_EXAMPLES=ON -DVWT_NATIVE_ARCH=OFF -DVWT_WITH_ONEDNN=OFF >/dev/null
+  -DVWT_BUILD_TESTS=ON -DVWT_BUILD_BENCH=ON -DVWT_BUILD_EXAMPLES=ON -DVWT_NATIVE_ARCH=OFF -DVWT_WITH_ONEDNN=OFF \
+  -DVWT_WITH_MPI=OFF >/dev/null  # no MPI, so no NCCL: the bundle stays small (libnccl alone is ~300 MB)
 cmake --build "$build" -j"$(nproc)" --target cuda_ops cuda_device_policy bench_cuda vwt_cli
 (cd "$build" && ctest -R "reference: write" >/dev/null)  # the PyTorch reference models and logits
 rm -rf gpu-bundle && mkdir -p gpu-bundle/bin gpu-bundle/lib

@@ -121,6 +121,7 @@ void api::to_host(const state& s, const void* device, void* host, std::size_t by
 void api::synchronize(const state& s) {
     if (const int bits = std::exchange(s.error_word, 0)) detail::fail("cuda (emulated): ", error_bits_message(bits));
 }
+void* api::native_stream(const state&) { return nullptr; }
 
 // The GEMMs as loops in double (what cuBLASLt does on the device).
 void api::matmul(const state&, gemm_op op, const_dmatrix a, const_dmatrix b, dmatrix y, float alpha, float beta) {
@@ -265,6 +266,10 @@ void api::to_host(const state& s, const void* device, void* host, std::size_t by
     s.use_device();
     cuda_check(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, s.stream()), "cudaMemcpyAsync (download)");
     synchronize(s);
+}
+void* api::native_stream(const state& s) {
+    s.use_device();
+    return s.stream();
 }
 // The error word comes back with the wait (4 bytes on the same stream); a set word is cleared.
 void api::synchronize(const state& s) {

@@ -1,6 +1,7 @@
 // `vwt train` (byte-level or token-file corpus, progress bar, JSON-lines log, resumable
 // checkpoints) and `vwt eval` (validation loss and perplexity of a model directory).
 #include <cerrno>
+#include <cstdlib>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -17,6 +18,9 @@
 
 #include <thread>
 #include <vwt/train/mpi.hpp>
+#endif
+#if defined(VWT_WITH_NCCL)
+#include <vwt/train/nccl.hpp>
 #endif
 
 #include "commands.hpp"
@@ -151,7 +155,12 @@ void add_train_commands(CLI::App& app) {
                 relaunch_with_mpirun(o->ranks);
             }
             std::optional<train::mpi_environment> mpi;
-            if (train::mpi_environment::launched()) mpi.emplace();
+            if (train::mpi_environment::launched()) {
+                mpi.emplace();
+                // one GPU per rank on a node: --gpu plus the rank's place on its node
+                if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"); local && o->device.device == "cuda")
+                    o->device.gpu += std::atoi(local);
+            }
 #else
             if (o->ranks > 1) detail::fail("--ranks: this vwt was built without MPI (vwt::mpi; install libopenmpi-dev and rebuild)");
 #endif
@@ -209,7 +218,11 @@ void add_train_commands(CLI::App& app) {
                     if constexpr (B::memory::host_accessible)
                         comm = std::make_unique<train::mpi_communicator<B>>();
                     else
-                        detail::fail("mpirun: data-parallel training runs CPU ranks (--device cpu); GPU ranks need NCCL, not built");
+#if defined(VWT_WITH_NCCL)
+                        comm = std::make_unique<train::nccl_communicator<B>>(ctx);
+#else
+                        detail::fail("mpirun --device cuda: GPU ranks need vwt::nccl (a build with CUDA, MPI and the toolkit's NCCL)");
+#endif
                 }
 #endif
                 train::trainer<B> tr(ctx, c, params, std::move(data), t, comm.get());

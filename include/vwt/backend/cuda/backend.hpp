@@ -33,6 +33,9 @@ public:
     const context_options& options() const { return options_; }
     // Waits for every op enqueued so far; raises what kernels reported.
     void synchronize() const { api::synchronize(*state_); }
+    // The context's cudaStream_t as void* (nullptr on the emulated device): for a collective engine
+    // (NCCL) that must order its work with the ops.
+    void* native_stream() const { return api::native_stream(*state_); }
     // Whether this build can reach a device (a GPU for device_kind::cuda; always for emulation).
     static bool available() { return api::device_count() > 0; }
 

@@ -56,6 +56,7 @@ enum class gemm_op { nt, nn, tn };
     static void to_device(const state& s, const void* host, void* device, std::size_t bytes); \
     static void to_host(const state& s, const void* device, void* host, std::size_t bytes);  /* waits for the stream */ \
     static void synchronize(const state& s); \
+    static void* native_stream(const state& s);  /* the cudaStream_t, for collective engines (NCCL); nullptr when emulated */ \
  \
     static void matmul(const state& s, gemm_op op, const_dmatrix a, const_dmatrix b, dmatrix y, float alpha, float beta); \
     static void rmsnorm(const state& s, const_dmatrix x, const float* gain, dmatrix y, float eps); \
