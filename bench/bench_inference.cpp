@@ -19,6 +19,8 @@
 
 #include <vwt/vwt.hpp>
 
+#include "summary.hpp"
+
 #if defined(VWT_BENCH_OPENBLAS)
 #include <cblas.h>
 #endif
@@ -542,27 +544,14 @@ BENCHMARK_CAPTURE(decode, xformer, false)->Apply(configure);
 BENCHMARK_CAPTURE(decode, uniform, true)->Apply(configure);
 BENCHMARK(memory_read)->Apply(configure);
 
-// Keeps every run's counters so that main() can print the ratios.
-class capturing_reporter : public benchmark::ConsoleReporter {
-public:
-    std::map<std::string, Run> runs;
-    void ReportRuns(const std::vector<Run>& report) override {
-        for (const auto& r : report) runs[r.benchmark_name()] = r;
-        ConsoleReporter::ReportRuns(report);
-    }
-};
 
 }  // namespace
 
 int main(int argc, char** argv) {
     benchmark::Initialize(&argc, argv);
-    capturing_reporter reporter;
+    vwt_bench::capturing_reporter reporter;
     benchmark::RunSpecifiedBenchmarks(&reporter);
-    const auto counter = [&](const std::string& bench, const char* name) {
-        for (const auto& [key, run] : reporter.runs)
-            if (key.rfind(bench, 0) == 0 && run.counters.count(name)) return static_cast<double>(run.counters.at(name));
-        return 0.0;
-    };
+    const auto counter = [&](const std::string& bench, const char* name) { return reporter.counter(bench, name); };
     const bool dense = counter("paired_prefill", "time_ratio") > 0 && counter("paired_decode/f32", "read_GBs") > 0;
     const bool moe = counter("paired_moe_prefill", "moe_tokens_per_s") > 0 && counter("paired_moe_decode", "read_GBs") > 0;
     if (!dense && !moe) return 0;

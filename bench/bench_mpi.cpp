@@ -20,6 +20,8 @@
 #include <vwt/train/trainer.hpp>
 #include <vwt/vwt.hpp>
 
+#include "summary.hpp"
+
 namespace {
 
 using backend = vwt::cpu::backend<float>;
@@ -88,14 +90,6 @@ public:
     bool ReportContext(const Context&) override { return true; }
     void ReportRuns(const std::vector<Run>&) override {}
 };
-class capturing_reporter : public benchmark::ConsoleReporter {
-public:
-    std::map<std::string, Run> runs;
-    void ReportRuns(const std::vector<Run>& report) override {
-        for (const auto& r : report) runs[r.benchmark_name()] = r;
-        ConsoleReporter::ReportRuns(report);
-    }
-};
 
 }  // namespace
 
@@ -110,13 +104,9 @@ int main(int argc, char** argv) {
         benchmark::RunSpecifiedBenchmarks(&quiet);
         return 0;
     }
-    capturing_reporter reporter;
+    vwt_bench::capturing_reporter reporter;
     benchmark::RunSpecifiedBenchmarks(&reporter);
-    const auto counter = [&](const std::string& bench, const char* name) {
-        for (const auto& [key, run] : reporter.runs)
-            if (key.rfind(bench, 0) == 0 && run.counters.count(name)) return static_cast<double>(run.counters.at(name));
-        return 0.0;
-    };
+    const auto counter = [&](const std::string& bench, const char* name) { return reporter.counter(bench, name); };
     const double tps = counter("train_steps", "tokens_per_s"), step_ms = 1e3 * batch * seq / tps;
     std::printf("\nsummary: %d rank(s) x %d thread(s): tiny_l8 training %.0f tokens/s (%.1f ms per step of %d x %d tokens); "
                 "the %.1f MB gradient's all-reduce alone %.2f ms = %.1f%% of a step",

@@ -22,6 +22,8 @@
 #include <vwt/train/trainer.hpp>
 #include <vwt/vwt.hpp>
 
+#include "summary.hpp"
+
 namespace {
 
 using backend = vwt::cpu::backend<float>;
@@ -185,14 +187,6 @@ VWT_TRAIN_ROWS(uniform_bf16, true, true)
 BENCHMARK_CAPTURE(vwt_peak_memory, xformer, false)->Unit(benchmark::kMillisecond)->Iterations(1);
 BENCHMARK_CAPTURE(vwt_peak_memory, uniform, true)->Unit(benchmark::kMillisecond)->Iterations(1);
 
-class capturing_reporter : public benchmark::ConsoleReporter {
-public:
-    std::map<std::string, Run> runs;
-    void ReportRuns(const std::vector<Run>& report) override {
-        for (const auto& r : report) runs[r.benchmark_name()] = r;
-        ConsoleReporter::ReportRuns(report);
-    }
-};
 
 }  // namespace
 
@@ -200,14 +194,13 @@ int main(int argc, char** argv) {
     if (argc == 3 && std::strcmp(argv[1], "--peak-memory-probe") == 0) return peak_memory_probe(argv[2][0] == 'u');
     self_path = argv[0];
     benchmark::Initialize(&argc, argv);
-    capturing_reporter reporter;
+    vwt_bench::capturing_reporter reporter;
     benchmark::RunSpecifiedBenchmarks(&reporter);
+    // the vwt_train rows: their "min" aggregate (the fastest repetition)
     const auto counter = [&](const std::string& bench, const char* name) {
-        for (const auto& [key, run] : reporter.runs)
-            if (key.rfind(bench, 0) == 0 && (bench.rfind("vwt_train", 0) != 0 || key.find("_min") != std::string::npos) &&
-                run.counters.count(name))
-                return static_cast<double>(run.counters.at(name));
-        return 0.0;
+        return reporter.counter(bench, name, [&](const std::string& key) {
+            return bench.rfind("vwt_train", 0) != 0 || key.find("_min") != std::string::npos;
+        });
     };
     std::printf("\nsummary (tiny_l8, batch %d x %d tokens, %d threads; bf16: mixed precision, float32 master weights)\n", batch, seq,
                 threads);
