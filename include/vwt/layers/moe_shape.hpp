@@ -3,6 +3,8 @@
 // MoE MLP (layers/moe.hpp), which carves the scratch, and the workspaces, which size it.
 #pragma once
 
+#include <span>
+
 #include "../accounting.hpp"
 #include "../error.hpp"
 #include "../tensor/view.hpp"
@@ -34,6 +36,17 @@ inline moe_shape moe_shape_of(const dynamic_schedule& s, int layer) {
         detail::fail("MoE layer ", layer, " of width ", s.width(layer), ": its experts' intermediate size round(", s.width(layer), " x ",
                      m.intermediate, " / ", s.dims.hidden, ") is 0");
     return {m.experts, m.experts_per_token, inter};
+}
+
+// Adds to `tokens` (layer i's E at i E) the (token, expert) pairs each expert took in one pass,
+// from every layer's E + 1 expert offsets (layer i's at i (E + 1); a workspace's expert_offsets).
+template <class N>
+void add_expert_tokens(std::span<const int> offsets, int experts, std::span<N> tokens) {
+    const auto E = static_cast<std::size_t>(experts);
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+        const std::size_t at = i / E * (E + 1) + i % E;
+        tokens[i] += static_cast<N>(offsets[at + 1] - offsets[at]);
+    }
 }
 
 }  // namespace vwt

@@ -84,10 +84,7 @@ double validation_loss(const typename Model::context& ctx, const Model& m, const
         const auto logits = m.forward(ctx, ws, std::span<const sequence_input<B>>(&in, 1), logits_mode::all);
         if (expert_tokens && E > 0) {
             B::download(ctx, offsets, std::span<int>(host_offsets));
-            for (std::size_t j = 0; j < expert_tokens->size(); ++j) {
-                const std::size_t at = j / E * (E + 1) + j % E;
-                (*expert_tokens)[j] += host_offsets[at + 1] - host_offsets[at];
-            }
+            add_expert_tokens(std::span<const int>(host_offsets), static_cast<int>(E), std::span<std::int64_t>(*expert_tokens));
         }
         B::upload(ctx, std::span<const int>(y), targets.view());
         m.head_layer().loss(ctx, logits, targets.view(), T(0), losses.view());
@@ -303,12 +300,8 @@ private:
     // tokens per expert to totals[2...].
     void add_moe_statistics(std::vector<double>& totals) {
         for (double a : workspace_->host_aux_losses()) totals[1] += a;
-        const auto offsets = workspace_->host_expert_offsets();
-        const auto E = static_cast<std::size_t>(model_.schedule().dims.moe.experts);
-        for (std::size_t i = 0; i + 2 < totals.size(); ++i) {
-            const std::size_t at = i / E * (E + 1) + i % E;
-            totals[2 + i] += offsets[at + 1] - offsets[at];
-        }
+        add_expert_tokens(std::span<const int>(workspace_->host_expert_offsets()), model_.schedule().dims.moe.experts,
+                          std::span<double>(totals).subspan(2));
     }
 
     template <class U>
