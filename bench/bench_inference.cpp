@@ -12,10 +12,12 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <numeric>
 
 #include <vwt/vwt.hpp>
 
@@ -322,6 +324,20 @@ double seconds_of(auto&& f) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Runs the runners one after another in each iteration and returns the fastest time of each
+// (the iteration's time is their sum).
+template <class... Runners>
+std::array<double, sizeof...(Runners)> fastest_of(benchmark::State& state, Runners&... runners) {
+    std::array<double, sizeof...(Runners)> best;
+    best.fill(1e9);
+    for (auto _ : state) {
+        const std::array<double, sizeof...(Runners)> now{seconds_of(runners)...};
+        for (std::size_t i = 0; i < best.size(); ++i) best[i] = std::min(best[i], now[i]);
+        state.SetIterationTime(std::accumulate(now.begin(), now.end(), 0.0));
+    }
+    return best;
+}
+
 void paired_prefill(benchmark::State& state) {
     prefill_runner<vwt::model<backend>> px(bench_model(false)), pu(bench_model(true));
     constexpr gemm_library libraries[] = {gemm_library::eigen, gemm_library::openblas, gemm_library::onednn};
@@ -363,12 +379,7 @@ template <class B, vwt::kv_dtype KV = vwt::kv_dtype::compute>
 void paired_decode(benchmark::State& state) {
     decode_runner<vwt::model<B>> dx(bench_model<B>(false), KV), du(bench_model<B>(true), KV);
     read_runner read;
-    double tdx = 1e9, tdu = 1e9, tr = 1e9;
-    for (auto _ : state) {
-        const double a = seconds_of(dx), b = seconds_of(du), c = seconds_of(read);
-        tdx = std::min(tdx, a), tdu = std::min(tdu, b), tr = std::min(tr, c);
-        state.SetIterationTime(a + b + c);
-    }
+    const auto [tdx, tdu, tr] = fastest_of(state, dx, du, read);
     const double bw = 4.0 * read_runner::n / tr;
     // A decode step reads every weight and the KV cache of decode_context tokens once.
     const auto bytes = [](bool u) {
@@ -494,12 +505,7 @@ double decode_bytes(const vwt::dynamic_schedule& s, double weight_bytes, int kv_
 
 void paired_moe_prefill(benchmark::State& state) {
     prefill_runner<vwt::model<bf16_backend>> pm(moe_bench_model(false)), pd(moe_bench_model(true));
-    double tm = 1e9, td = 1e9;
-    for (auto _ : state) {
-        const double a = seconds_of(pm), b = seconds_of(pd);
-        tm = std::min(tm, a), td = std::min(td, b);
-        state.SetIterationTime(a + b);
-    }
+    const auto [tm, td] = fastest_of(state, pm, pd);
     const auto sm = moe_bench_schedule(), sd = dense_same_active_schedule();
     state.counters["moe_tokens_per_s"] = prefill_tokens / tm;
     state.counters["dense_tokens_per_s"] = prefill_tokens / td;
@@ -511,12 +517,7 @@ BENCHMARK(paired_moe_prefill)->Iterations(4)->UseManualTime()->Unit(benchmark::k
 void paired_moe_decode(benchmark::State& state) {
     decode_runner<vwt::model<bf16_backend>> dm(moe_bench_model(false)), dd(moe_bench_model(true));
     read_runner read;
-    double tm = 1e9, td = 1e9, tr = 1e9;
-    for (auto _ : state) {
-        const double a = seconds_of(dm), b = seconds_of(dd), c = seconds_of(read);
-        tm = std::min(tm, a), td = std::min(td, b), tr = std::min(tr, c);
-        state.SetIterationTime(a + b + c);
-    }
+    const auto [tm, td, tr] = fastest_of(state, dm, dd, read);
     const double bw = 4.0 * read_runner::n / tr;
     state.counters["read_GBs"] = bw / 1e9;
     state.counters["moe_tokens_per_s"] = 1 / tm;
