@@ -17,11 +17,12 @@ namespace {
 
 using B = vwt::cpu::backend<float>;
 
-// A [rows x cols] block inside a wider buffer (stride cols + 5), filled with N(0, 1).
+// A [rows x cols] block inside a wider buffer (stride cols + pad, 5 unless told), filled with N(0, 1).
 struct strided {
     vwt::index_t rows, cols, stride;
     std::vector<float> data;
-    strided(vwt::index_t r, vwt::index_t c, std::mt19937& rng) : rows(r), cols(c), stride(c + 5), data(r * (c + 5)) {
+    strided(vwt::index_t r, vwt::index_t c, std::mt19937& rng, vwt::index_t pad = 5)
+        : rows(r), cols(c), stride(c + pad), data(static_cast<std::size_t>(r * (c + pad))) {
         std::normal_distribution<float> normal;
         for (auto& v : data) v = normal(rng);
     }
@@ -167,12 +168,13 @@ TEST_CASE("bf16 products equal a brute-force sum over operands rounded to bf16")
             for (const vwt::index_t n : {1, 33, 300})
                 for (const float beta : {0.0f, 0.5f})
                     for (const int threads : {1, 2})
-                        for (const auto shapes : {vwt::cpu::product_shapes::fixed, vwt::cpu::product_shapes::varying_rows}) {
+                        for (const auto shapes : {vwt::cpu::product_shapes::fixed, vwt::cpu::product_shapes::varying_rows})
+                        for (const vwt::index_t pad : {0, 5}) {  // dense outputs, and rows inside wider ones (oneDNN's other path)
                             INFO("k " << k << " m " << m << " n " << n << " beta " << beta << " threads " << threads << " varying rows "
-                                      << (shapes == vwt::cpu::product_shapes::varying_rows));
+                                      << (shapes == vwt::cpu::product_shapes::varying_rows) << " output padding " << pad);
                             const vwt::cpu::context bf16_products{threads, product_precision::bf16, shapes};
                             {  // nt, float weights (mixed-precision training's forward)
-                                strided x(m, k, rng), w(n, k, rng), y(m, n, rng);
+                                strided x(m, k, rng), w(n, k, rng), y(m, n, rng, pad);
                                 const auto rx = rounded(x), rw = rounded(w);
                                 const auto want = brute_force(
                                     m, n, k, rx, [&](auto j, auto c) { return rw(c, j); }, alpha, beta, y);
@@ -180,7 +182,7 @@ TEST_CASE("bf16 products equal a brute-force sum over operands rounded to bf16")
                                 check(y, want);
                             }
                             {  // nt, bf16 weights, automatic: bf16 products above 4 rows, x as it is up to 4
-                                strided x(m, k, rng), wf(n, k, rng), y(m, n, rng);
+                                strided x(m, k, rng), wf(n, k, rng), y(m, n, rng, pad);
                                 std::vector<vwt::bf16> w(wf.data.size());
                                 for (std::size_t i = 0; i < w.size(); ++i) w[i] = vwt::bf16(wf.data[i]);
                                 const auto rw = rounded(wf);
@@ -193,13 +195,13 @@ TEST_CASE("bf16 products equal a brute-force sum over operands rounded to bf16")
                                 check(y, want);
                             }
                             {  // nn: y = x . w, w [k x n] (the input gradient)
-                                strided x(m, k, rng), w(k, n, rng), y(m, n, rng);
+                                strided x(m, k, rng), w(k, n, rng), y(m, n, rng, pad);
                                 const auto want = brute_force(m, n, k, rounded(x), rounded(w), alpha, beta, y);
                                 B::matmul_nn(bf16_products, x.view(), w.view(), y.view(), alpha, beta);
                                 check(y, want);
                             }
                             {  // tn: g [n x k] = a^T . b, a [m x n], b [m x k] (the weight gradient)
-                                strided a(m, n, rng), b(m, k, rng), g(n, k, rng);
+                                strided a(m, n, rng), b(m, k, rng), g(n, k, rng, pad);
                                 const auto ra = rounded(a);
                                 const auto want = brute_force(
                                     n, k, m, [&](auto r, auto j) { return ra(j, r); }, rounded(b), alpha, beta, g);
@@ -213,7 +215,7 @@ TEST_CASE("bf16 products keep one oneDNN primitive per shape in the context's ca
     std::mt19937 rng(9);
     const vwt::cpu::context ctx{2, vwt::cpu::product_precision::bf16};
     const vwt::cpu::context copy = ctx;  // copies share the cache
-    strided x(48, 40, rng), w(24, 40, rng), y(48, 24, rng), wide(24, 40, rng);
+    strided x(48, 40, rng), w(24, 40, rng), y(48, 24, rng, 0), wide(24, 40, rng);
     B::matmul_nt(ctx, x.view(), w.view(), y.view());
     const auto after_one = ctx.cache->size();
     B::matmul_nt(copy, x.view(), wide.view(), y.view());  // same shape and strides, other data
@@ -222,6 +224,10 @@ TEST_CASE("bf16 products keep one oneDNN primitive per shape in the context's ca
 #if defined(VWT_WITH_ONEDNN)
     CHECK(after_one == 1);  // an entry even where the CPU has no bf16 matmul (it records that)
     B::matmul_nt(ctx, x.view(), w.view(), y.view(), 0.5f);  // alpha is part of the primitive
+    CHECK(ctx.cache->size() == 2);
+    // An output inside wider rows is multiplied densely (alpha 1, beta 0), then added in.
+    strided inside(48, 24, rng);
+    B::matmul_nt(ctx, x.view(), w.view(), inside.view(), 0.5f, 1.0f);
     CHECK(ctx.cache->size() == 2);
     // With varying rows, one primitive serves every token count (an MoE layer's expert groups).
     const vwt::cpu::context groups{2, vwt::cpu::product_precision::bf16, vwt::cpu::product_shapes::varying_rows, ctx.cache};

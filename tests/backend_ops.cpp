@@ -234,25 +234,27 @@ TEMPLATE_TEST_CASE("ops: causal attention with a past, GQA, and its backward", "
                 }
 }
 
-// Decode (one query row) over a longer past and head dims that are not a multiple of the vector
-// width (the paper's narrow layers have d = 12, 22, 38, ...).
-TEMPLATE_TEST_CASE("ops: decode attention over long pasts and odd head dims", "[ops]", POLICIES) {
+// Prefill and decode over a longer past and head dims that are not a multiple of the vector width
+// (the paper's narrow layers have d = 12, 22, 38, ...), with query rows that are not a multiple of
+// the CPU kernels' block of 4.
+TEMPLATE_TEST_CASE("ops: prefill and decode attention over long pasts and odd head dims", "[ops]", POLICIES) {
     SKIP_WITHOUT_DEVICE();
     for (const auto& heads : std::vector<std::pair<int, int>>{{5, 5}, {6, 2}})
         for (const index_t d : {3, 22, 72})
             for (const index_t past : {8, 41})
+                for (const index_t T_q : {1, 6, 37})
                 for (const int threads : {1, 2}) {
                     if (threads > 1 && !has_threads<TestType>()) continue;
                     const int H = heads.first, Hkv = heads.second;
-                    const index_t n_ctx = past + 1;
-                    INFO("H " << H << " Hkv " << Hkv << " d " << d << " past " << past << " threads " << threads);
-                    const auto q = values(H * d, 31), k = values(n_ctx * Hkv * d, 32), v = values(n_ctx * Hkv * d, 33);
+                    const index_t n_ctx = past + T_q;
+                    INFO("H " << H << " Hkv " << Hkv << " d " << d << " past " << past << " rows " << T_q << " threads " << threads);
+                    const auto q = values(T_q * H * d, 31), k = values(n_ctx * Hkv * d, 32), v = values(n_ctx * Hkv * d, 33);
                     against_oracle<TestType>(
                         [&]<class P>(typename P::context ctx) {
                             const vwt::attention_shape<> shape{H, Hkv, vwt::extent<vwt::dynamic_extent>(d)};
-                            on<P> Q(ctx, q, 1, H * d, 2), K(ctx, k, n_ctx, Hkv * d, 1), V(ctx, v, n_ctx, Hkv * d, 3);
-                            on<P> O(ctx, values(H * d, 34), 1, H * d, 1);
-                            const index_t need = P::attention_scratch(ctx, 1, n_ctx, shape);
+                            on<P> Q(ctx, q, T_q, H * d, 2), K(ctx, k, n_ctx, Hkv * d, 1), V(ctx, v, n_ctx, Hkv * d, 3);
+                            on<P> O(ctx, values(T_q * H * d, 34), T_q, H * d, 1);
+                            const index_t need = P::attention_scratch(ctx, T_q, n_ctx, shape);
                             on<P> scratch(ctx, std::vector<double>(static_cast<std::size_t>(need)), 1, need);
                             P::attention(ctx, Q.m().as_const(), K.m().as_const(), V.m().as_const(), O.m(), shape,
                                          typename P::compute_type(0.3), scratch.v());

@@ -30,6 +30,7 @@
 #include "../../error.hpp"
 #include "../buffer.hpp"
 #include "../policy.hpp"
+#include "attention_kernels.hpp"
 #include "context.hpp"
 #include "onednn_gemm.hpp"
 #include "weight_kernels.hpp"
@@ -347,6 +348,7 @@ struct backend {
         using head_matrix = Eigen::Matrix<T, Eigen::Dynamic, detail::eigen_extent(D), Eigen::RowMajor>;
         using head_map = Eigen::Map<const head_matrix, Eigen::Unaligned, Eigen::OuterStride<>>;
         if (q.rows() == 1) return attention_decode(ctx, q, keys, values, out, shape, scale, scratch);
+        if constexpr (simd_prefill_attention) return attention_prefill(ctx, q, keys, values, out, shape, scale, scratch);
         const index_t T_q = q.rows(), n_ctx = keys.rows(), past = n_ctx - T_q, d = shape.head_dim.value();
         const int group = shape.heads / shape.kv_heads;
         const index_t tile = std::min(attention_tile, std::max<index_t>(T_q, 1));
@@ -846,9 +848,61 @@ private:
         });
     }
 
-    // Scratch of one prefill attention thread: its score tile, and the widened keys and values.
+    // Scratch of one prefill attention thread: with the SIMD kernels, its head's keys transposed,
+    // values padded, a block's scores and outputs; else its score tile, and the widened keys and
+    // values.
     static index_t attention_thread_scratch(index_t tile, index_t n_ctx, index_t d, bool widen) {
+        if constexpr (simd_prefill_attention) return kernels::attention_head_layout{n_ctx, d}.scratch_elements();
         return tile * n_ctx + (widen ? 2 * n_ctx * d : 0);
+    }
+
+    // Prefill attention through the SIMD kernels (attention_kernels.hpp): each thread takes heads
+    // round-robin, lays out its head's keys and values once, and runs the query rows in blocks of
+    // kernels::attention_block_rows: scores, an exact softmax over the keys each row sees, the
+    // weighted sum of values, normalised as it is stored.
+    static constexpr bool simd_prefill_attention = kernels::simd_attention && std::is_same_v<T, float>;
+    template <index_t D, class E>
+    static void attention_prefill(const context& ctx, mat<const T> q, mat<const E> keys, mat<const E> values, mat<T> out,
+                                  attention_shape<D> shape, T scale, vec<T> scratch) {
+        constexpr index_t block = kernels::attention_block_rows;
+        const index_t T_q = q.rows(), n_ctx = keys.rows(), past = n_ctx - T_q, d = shape.head_dim.value();
+        const int group = shape.heads / shape.kv_heads;
+        const kernels::attention_head_layout layout{n_ctx, d};
+        const index_t per_thread = layout.scratch_elements(), ldk = layout.key_stride(), ldv = layout.value_stride();
+        const int threads = scratch_threads(std::min(ctx.threads, shape.heads), per_thread, scratch, "attention");
+        parallel_for(threads, threads, [&](index_t t) {
+            T* kt = scratch.data() + t * per_thread;
+            T* vp = kt + layout.key_elements();
+            T* p = vp + layout.value_elements();
+            T* o = p + layout.score_elements();
+            int prepared_group = -1;
+            for (int h = static_cast<int>(t); h < shape.heads; h += threads) {
+                const int g = h / group;
+                if (g != prepared_group) {
+                    kernels::transpose_keys(keys.data() + g * d, keys.stride(), layout, kt);
+                    kernels::pad_values(values.data() + g * d, values.stride(), layout, vp);
+                    prepared_group = g;
+                }
+                for (index_t r0 = 0; r0 < T_q; r0 += block) {
+                    const index_t rows = std::min(block, T_q - r0), visible = past + r0 + rows;
+                    kernels::attention_scores(q.row(r0) + h * d, q.stride(), rows, kt, layout, visible, scale, p);
+                    T sums[block];
+                    for (index_t i = 0; i < rows; ++i) {
+                        const index_t seen = past + r0 + i + 1;
+                        Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>> s(p + i * ldk, seen);
+                        s = (s - s.maxCoeff()).exp();
+                        sums[i] = s.sum();
+                        std::fill(p + i * ldk + seen, p + i * ldk + visible, T(0));
+                    }
+                    kernels::attention_values(p, rows, vp, layout, visible, o, ldv);
+                    for (index_t i = 0; i < rows; ++i) {
+                        const T inverse = T(1) / sums[i];
+                        T* y = out.row(r0 + i) + h * d;
+                        for (index_t c = 0; c < d; ++c) y[c] = o[i * ldv + c] * inverse;
+                    }
+                }
+            }
+        });
     }
 
     template <class E>

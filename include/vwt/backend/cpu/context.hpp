@@ -36,8 +36,8 @@ enum class product_shapes {
     varying_rows,
 };
 
-// The oneDNN primitives that bf16 products create, one per shape, and the bf16 copies of their
-// float operands, kept between calls. Copies of a context share one cache; a product holds its
+// The oneDNN primitives that bf16 products create, one per shape, the bf16 copies of their float
+// operands and a dense output buffer, kept between calls. Copies of a context share one cache; a product holds its
 // lock while it runs, so threads that share a context run their bf16 products one at a time. The
 // entries are type-erased, so this type is the same whether or not the build has oneDNN.
 class product_cache {
@@ -55,6 +55,7 @@ public:
     }
     std::shared_ptr<void>& engine() { return engine_; }
     std::vector<bf16>& operand(int i) { return operands_[i]; }
+    std::vector<float>& dense_output() { return dense_output_; }  // a product's output before it is added into a strided one
     std::mutex& mutex() { return mutex_; }
     std::size_t size() const { return entries_.size(); }
 
@@ -63,6 +64,7 @@ private:
     std::shared_ptr<void> engine_;
     std::vector<std::pair<key, std::shared_ptr<void>>> entries_;
     std::array<std::vector<bf16>, 2> operands_;
+    std::vector<float> dense_output_;
 };
 
 // Keep one context and pass it to every call: a new context starts with an empty cache, so its

@@ -88,22 +88,11 @@ const bf16* as_bf16(int threads, const E* p, index_t rows, index_t cols, index_t
 }
 }  // namespace detail
 
-// y = alpha * op(a) . op(b) + beta * y with bf16 operands (float and q8 ones rounded to bf16 first,
-// ties to even), float sums and a float y, row-major, op = transpose where the flag is 'T'. It runs a
-// oneDNN matmul primitive kept in `cache`: made on the first call of each shape, or with
-// varying_rows on the first call of each shape but its token count (m where a is not transposed,
-// k where it is), which the primitive takes at run time. Returns false, having done nothing, where
-// oneDNN has no bf16 matmul for this CPU (one without AVX-512); the caller then multiplies another
-// way.
+namespace detail {
+// gemm_bf16 with the cache's lock held and a y of leading dimension n.
 template <class A, class B>
-bool gemm_bf16(product_cache& cache, int threads, char trans_a, char trans_b, index_t m, index_t n, index_t k, float alpha,
-               const A* a, index_t lda, const B* b, index_t ldb, float beta, float* y, index_t ldy,
-               product_shapes shapes = product_shapes::fixed) {
-    if (m == 0 || n == 0 || k == 0) {  // nothing to multiply: sgemm's own handling
-        sgemm(threads, 'N', 'N', m, n, 0, alpha, nullptr, 1, nullptr, 1, beta, y, ldy);
-        return true;
-    }
-    const std::scoped_lock lock(cache.mutex());
+bool gemm_bf16_dense(product_cache& cache, int threads, char trans_a, char trans_b, index_t m, index_t n, index_t k, float alpha,
+                     const A* a, index_t lda, const B* b, index_t ldb, float beta, float* y, index_t ldy, product_shapes shapes) {
     const bool varying = shapes == product_shapes::varying_rows;
     constexpr index_t runtime = DNNL_RUNTIME_DIM_VAL;
     const index_t key_m = varying && trans_a == 'N' ? -1 : m, key_k = varying && trans_a == 'T' ? -1 : k;
@@ -158,6 +147,43 @@ bool gemm_bf16(product_cache& cache, int threads, char trans_a, char trans_b, in
             vwt::detail::fail("oneDNN bf16 matmul of [", m, " x ", k, "] by [", k, " x ", n, "] failed: ", e.what());
         }
     });
+    return true;
+}
+}  // namespace detail
+
+// y = alpha * op(a) . op(b) + beta * y with bf16 operands (float and q8 ones rounded to bf16 first,
+// ties to even), float sums and a float y, row-major, op = transpose where the flag is 'T'. It runs a
+// oneDNN matmul primitive kept in `cache`: made on the first call of each shape, or with
+// varying_rows on the first call of each shape but its token count (m where a is not transposed,
+// k where it is), which the primitive takes at run time. Returns false, having done nothing, where
+// oneDNN has no bf16 matmul for this CPU (one without AVX-512); the caller then multiplies another
+// way.
+template <class A, class B>
+bool gemm_bf16(product_cache& cache, int threads, char trans_a, char trans_b, index_t m, index_t n, index_t k, float alpha,
+               const A* a, index_t lda, const B* b, index_t ldb, float beta, float* y, index_t ldy,
+               product_shapes shapes = product_shapes::fixed) {
+    if (m == 0 || n == 0 || k == 0) {  // nothing to multiply: sgemm's own handling
+        sgemm(threads, 'N', 'N', m, n, 0, alpha, nullptr, 1, nullptr, 1, beta, y, ldy);
+        return true;
+    }
+    const std::scoped_lock lock(cache.mutex());
+    if (ldy == n) return detail::gemm_bf16_dense(cache, threads, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, y, ldy, shapes);
+    // A destination with a stride wider than its rows (a narrow layer's columns of the residual
+    // stream) sends oneDNN 2.6 from its AMX/brgemm kernels to gemm:jit, which ran 2-5x slower on the
+    // ><former's shapes: multiply into a dense buffer, then add that into y.
+    auto& dense = cache.dense_output();
+    dense.resize(static_cast<std::size_t>(m * n));
+    if (!detail::gemm_bf16_dense(cache, threads, trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, dense.data(), n, shapes))
+        return false;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && m > 1)
+    for (index_t r = 0; r < m; ++r) {
+        const float* t = dense.data() + r * n;
+        float* row = y + r * ldy;
+        if (beta == 0.0f)
+            for (index_t c = 0; c < n; ++c) row[c] = alpha * t[c];
+        else
+            for (index_t c = 0; c < n; ++c) row[c] = alpha * t[c] + beta * row[c];
+    }
     return true;
 }
 
