@@ -16,6 +16,7 @@
 #endif
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <concepts>
 #include <cstdint>
@@ -305,10 +306,16 @@ struct backend {
         const int d = static_cast<int>(layout.head_dim.value()), half = d / 2;
         check_size(x.rows(), positions.size(), "rope positions");
         const double sign = inverse ? -1.0 : 1.0;
+        // theta^(-2j/d), the same for every row: once per call for head dims up to 512 (on the stack:
+        // decode allocates nothing), per row beyond
+        std::array<double, 256> table;
+        const bool tabled = half <= static_cast<int>(table.size());
+        for (int j = 0; tabled && j < half; ++j) table[static_cast<std::size_t>(j)] = std::pow(theta, -2.0 * j / d);
+        const auto frequency = [&](int j) { return tabled ? table[static_cast<std::size_t>(j)] : std::pow(theta, -2.0 * j / d); };
         parallel_for(ctx.threads, x.rows(), [&](index_t r) {
             T* row = x.row(r);
             for (int j = 0; j < half; ++j) {
-                const double angle = sign * positions[r] * std::pow(theta, -2.0 * j / d);
+                const double angle = sign * positions[r] * frequency(j);
                 const T c = static_cast<T>(std::cos(angle)), s = static_cast<T>(std::sin(angle));
                 for (int g = 0; g < layout.groups; ++g) {
                     for (int h = 0; h < layout.heads_per_group; ++h) {
