@@ -60,6 +60,56 @@ TEST_CASE("sampling: greedy, top-k, top-p and temperature follow their definitio
     CHECK_THROWS_WITH(vwt::sample_token<float>(logits, {1.0, -2, 1.0}, rng), Contains("top-k must be >= 0"));
 }
 
+TEST_CASE("sampling: min-p and the repetition penalty follow their definitions") {
+    // The references: softmax over the kept tokens of logits adjusted by hand.
+    const auto frequencies = [](const std::vector<float>& logits, vwt::sampling_options o, std::vector<int> history) {
+        std::map<int, double> f;
+        std::mt19937_64 r(7);
+        const int n = 40000;
+        for (int i = 0; i < n; ++i) f[vwt::sample_token<float>(logits, o, r, history)] += 1.0 / n;
+        return f;
+    };
+    const auto check_softmax = [](const std::map<int, double>& f, const std::map<int, double>& kept_logits) {
+        double z = 0;
+        for (const auto& kv : kept_logits) z += std::exp(kv.second);
+        for (const auto& [k, l] : kept_logits) CHECK((f.count(k) ? f.at(k) : 0.0) == Approx(std::exp(l) / z).margin(0.01));
+        for (const auto& kv : f) CHECK(kept_logits.count(kv.first) == 1);
+    };
+    const std::vector<float> logits{1.0f, 3.0f, 2.0f, 0.5f, 2.9f};
+    std::mt19937_64 rng(1);
+    vwt::sampling_options min_p;
+    min_p.min_p = 0.5;  // p_i >= p_max / 2  <=>  l_i >= 3 - ln 2 = 2.31: tokens 1 and 4
+    check_softmax(frequencies(logits, min_p, {}), {{1, 3.0}, {4, 2.9}});
+    min_p.min_p = 0.3;  // l_i >= 3 - ln(1/0.3) = 1.80: token 2 joins
+    check_softmax(frequencies(logits, min_p, {}), {{1, 3.0}, {4, 2.9}, {2, 2.0}});
+
+    vwt::sampling_options penalty;
+    penalty.repetition_penalty = 2.0;  // positive logits halve, negative ones double
+    const std::vector<float> signs{1.0f, 3.0f, 2.0f, -0.5f, 2.9f};
+    check_softmax(frequencies(signs, penalty, {1, 3, 1}), {{0, 1.0}, {1, 1.5}, {2, 2.0}, {3, -1.0}, {4, 2.9}});
+    penalty.temperature = 0;  // greedy sees the penalty too
+    CHECK(vwt::sample_token<float>(signs, penalty, rng, std::vector<int>{1}) == 4);
+    CHECK(vwt::sample_token<float>(signs, penalty, rng, std::vector<int>{4}) == 1);
+    penalty.repetition_window = 2;  // only the last two tokens count
+    CHECK(vwt::sample_token<float>(signs, penalty, rng, std::vector<int>{1, 0, 0}) == 1);
+    penalty.repetition_window = 3;
+    CHECK(vwt::sample_token<float>(signs, penalty, rng, std::vector<int>{1, 0, 0}) == 4);
+    // a sampler forgets the penalty between draws
+    vwt::sampler reused(5);
+    CHECK(reused.sample<float>(signs, penalty, rng, std::vector<int>{1}) == 4);
+    CHECK(reused.sample<float>(signs, penalty, rng, {}) == 1);
+
+    vwt::sampling_options bad;
+    bad.min_p = 1.5;
+    CHECK_THROWS_WITH(vwt::sample_token<float>(logits, bad, rng), Contains("min-p must be in [0, 1]"));
+    bad = {};
+    bad.repetition_penalty = 0;
+    CHECK_THROWS_WITH(vwt::sample_token<float>(logits, bad, rng), Contains("repetition penalty must be > 0"));
+    bad = {};
+    bad.repetition_penalty = 1.1;
+    CHECK_THROWS_WITH(vwt::sample_token<float>(logits, bad, rng, std::vector<int>{9}), Contains("history token 9 outside"));
+}
+
 TEST_CASE("generation: greedy equals argmax of the full forward, seeds reproduce, stops stop") {
     const auto m = tiny_model();
     const std::vector<int> prompt{72, 101, 108, 108, 111};

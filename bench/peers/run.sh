@@ -24,9 +24,17 @@ for type in f32 bf16 q8_0; do
     --hidden "$hidden" --heads "$heads" --kv-heads "$kv_heads" --vocab 4096 --context 4096 --type "$type"
 done
 
+rm -f "$out"/llama-*.no-repack
 for type in f32 bf16 q8_0; do
   weights=$([ "$type" = q8_0 ] && echo q8 || echo "$type")
-  "$bench" -m "$peers/twin-$type.gguf" -p 256 -n 64 -t "$threads" -r 5 -o json > "$out/llama-$type.json"
+  # llama.cpp repacks q8_0 for its AMX kernels where the CPU has AMX; in the 0.3.36 sdist those
+  # kernels die with SIGILL on some AMX VMs (a tile load before any tile configuration). Then the
+  # run is repeated without repacking (its AVX-512 VNNI kernels), and the table says so.
+  if ! "$bench" -m "$peers/twin-$type.gguf" -p 256 -n 64 -t "$threads" -r 5 -o json > "$out/llama-$type.json" 2> "$out/llama-$type.err"; then
+    echo "run.sh: llama-bench failed on $type ($(tail -n 1 "$out/llama-$type.err")); again with --repack 0" >&2
+    "$bench" -m "$peers/twin-$type.gguf" -p 256 -n 64 -t "$threads" -r 5 --repack 0 -o json > "$out/llama-$type.json"
+    touch "$out/llama-$type.no-repack"
+  fi
   "$vwt" bench --preset dense_200m --vocab 4096 --twin --weights "$weights" --threads "$threads" --reps 5 --json > "$out/vwt-$weights.json"
 done
 VWT_TORCH_PYTHON="$py" "$build/bench/bench_training" --benchmark_filter='vwt_train_step|torch_train_step|vwt_peak_memory' > "$out/training.txt" 2>&1 || true
@@ -43,7 +51,8 @@ for vtype, ltype in (("f32", "f32"), ("bf16", "bf16"), ("q8", "q8_0")):
         x = next(r["avg_ts"] for r in vwt if r["test"] == test and not r["model"].endswith("twin"))
         u = next(r["avg_ts"] for r in vwt if r["test"] == test and r["model"].endswith("twin"))
         l = next(r["avg_ts"] for r in llama if r[key] > 0 and r[{"n_prompt": "n_gen", "n_gen": "n_prompt"}[key]] == 0)
-        print(f"{test:6} {vtype:6} {x:13.1f} {u:12.1f} {l:10.1f} {x / l:20.2f}x")
+        note = " (llama.cpp --repack 0)" if os.path.exists(os.path.join(out, f"llama-{ltype}.no-repack")) else ""
+        print(f"{test:6} {vtype:6} {x:13.1f} {u:12.1f} {l:10.1f} {x / l:20.2f}x{note}")
 print()
 print(open(os.path.join(out, "training.txt")).read().split("summary", 1)[-1].strip())
 PY

@@ -37,10 +37,13 @@ std::vector<int> generate(const typename Model::context& ctx, session<Model>& s,
     std::mt19937_64 rng(o.seed);
     std::vector<int> out;
     out.reserve(static_cast<std::size_t>(o.max_new_tokens));
+    std::vector<int> history(prompt.begin(), prompt.end());  // what the repetition penalty reads
+    history.reserve(prompt.size() + static_cast<std::size_t>(o.max_new_tokens));
     s.append(ctx, prompt);
     for (int i = 0; i < o.max_new_tokens; ++i) {
-        const int token = s.sample(o.sampling, rng);
+        const int token = s.sample(o.sampling, rng, history);
         out.push_back(token);
+        history.push_back(token);
         const bool stop = std::find(o.stop_tokens.begin(), o.stop_tokens.end(), token) != o.stop_tokens.end();
         if (o.on_token && !o.on_token(token)) break;
         if (stop || i + 1 == o.max_new_tokens) break;

@@ -54,7 +54,9 @@ public:
     }
 
     // A token drawn from the last logits.
-    int sample(const sampling_options& o, std::mt19937_64& rng) { return sampler_.sample(std::span<const T>(logits_), o, rng); }
+    int sample(const sampling_options& o, std::mt19937_64& rng, std::span<const int> history = {}) {
+        return sampler_.sample(std::span<const T>(logits_), o, rng, history);
+    }
 
 private:
     const Model* model_;

@@ -8,12 +8,10 @@
 // a given thread count, because every piece and every partial sum is fixed by it, and buffers are
 // 64-byte aligned (backend/buffer.hpp).
 
-// Eigen's own OpenMP parallelism is controlled by a process-wide setting; vwt splits work itself
-// (OpenMP num_threads per call) and runs each piece single-threaded in Eigen. (Defining this here
-// makes it depend on include order; the packaging issue moves it out of the header.)
-#ifndef EIGEN_DONT_PARALLELIZE
-#define EIGEN_DONT_PARALLELIZE
-#endif
+// Eigen's own OpenMP threading would ignore the caller's thread count: vwt::vwt's CMake target
+// defines EIGEN_DONT_PARALLELIZE for everything that links it (a build without CMake passes
+// -DEIGEN_DONT_PARALLELIZE, as the pkg-config file does). Outside a parallel region Eigen would
+// otherwise use every core for the ops that call it on one thread.
 
 #include <algorithm>
 #include <array>

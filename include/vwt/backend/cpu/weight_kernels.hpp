@@ -5,6 +5,8 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <type_traits>
 
@@ -14,6 +16,10 @@
 
 #include "../../tensor/weight_format.hpp"
 #include "../../tensor/view.hpp"
+
+#ifndef VWT_PREFETCH_DISTANCE
+#define VWT_PREFETCH_DISTANCE 2048  // bytes; a compile-time tuning knob (weight_kernels.hpp: prefetch_ahead)
+#endif
 
 namespace vwt::cpu::kernels {
 
@@ -75,6 +81,20 @@ inline float vsum(vfloat a) {
 #else
 constexpr index_t lanes = 0;
 #endif
+// Asks for the cache lines `prefetch_distance` bytes beyond p, `bytes` of them (a decode GEMV step
+// reads): a core's hardware prefetcher alone kept bf16 and q8 decode at 55-70% of the read
+// bandwidth on a 2-core AMX Xeon (their weights take more work per byte than float ones); 2 KiB
+// ahead lifted bf16 to 80-93% and q8 to 69-75% there (1 KiB: 77-81% / 69%).
+constexpr std::size_t prefetch_distance = VWT_PREFETCH_DISTANCE;
+inline void prefetch_ahead(const void* p, std::size_t bytes) {
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+    // an address, not a pointer into the array: it may lie past the weights' end (a prefetch never faults)
+    const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(p) + prefetch_distance;
+    for (std::size_t b = 0; b < bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(at + b), _MM_HINT_T0);
+#else
+    (void)p, (void)bytes;
+#endif
+}
 }  // namespace detail
 
 // dot(w, x) over k elements, in four independent sums (one row streamed front to back: the
@@ -88,6 +108,7 @@ inline float dot(const W* w, const float* x, index_t k) {
     using namespace detail;
     vfloat a0 = vzero(), a1 = vzero(), a2 = vzero(), a3 = vzero();
     for (; c + 4 * lanes <= k; c += 4 * lanes) {
+        prefetch_ahead(w + c, 4 * lanes * sizeof(W));
         a0 = vfma(vload(w + c), vload(x + c), a0);
         a1 = vfma(vload(w + c + lanes), vload(x + c + lanes), a1);
         a2 = vfma(vload(w + c + 2 * lanes), vload(x + c + 2 * lanes), a2);
@@ -132,7 +153,10 @@ inline float dot(const q8_block* w, const float* x, index_t k) {
         return _mm512_fmadd_ps(_mm512_set1_ps(w[i].scale), t, acc);
     };
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
-    for (; b + 4 <= blocks; b += 4) a0 = block(b, a0), a1 = block(b + 1, a1), a2 = block(b + 2, a2), a3 = block(b + 3, a3);
+    for (; b + 4 <= blocks; b += 4) {
+        detail::prefetch_ahead(w + b, 4 * sizeof(q8_block));
+        a0 = block(b, a0), a1 = block(b + 1, a1), a2 = block(b + 2, a2), a3 = block(b + 3, a3);
+    }
     for (; b < blocks; ++b) a0 = block(b, a0);
     sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 #elif defined(__AVX2__) && defined(__FMA__)
