@@ -28,7 +28,7 @@ rm -f "$out"/llama-*.no-repack
 for type in f32 bf16 q8_0; do
   weights=$([ "$type" = q8_0 ] && echo q8 || echo "$type")
   # llama.cpp repacks q8_0 for its AMX kernels where the CPU has AMX; in the 0.3.36 sdist those
-  # kernels die with SIGILL on some AMX VMs (a tile load before any tile configuration). Then the
+  # kernels die (SIGILL at a tile load, or SIGSEGV) on a 2-core AMX Xeon VM. Then the
   # run is repeated without repacking (its AVX-512 VNNI kernels), and the table says so.
   if ! "$bench" -m "$peers/twin-$type.gguf" -p 256 -n 64 -t "$threads" -r 5 -o json > "$out/llama-$type.json" 2> "$out/llama-$type.err"; then
     echo "run.sh: llama-bench failed on $type ($(tail -n 1 "$out/llama-$type.err")); again with --repack 0" >&2

@@ -101,7 +101,7 @@ std::vector<bench_row> bench_model(const model<B>& m, const std::string& name, c
 void add_bench_command(CLI::App& app) {
     auto o = std::make_shared<bench_options>();
     auto* cmd = app.add_subcommand("bench", "prefill (pp) and decode (tg) tokens/s of a model or a preset with random weights");
-    cmd->add_option("--model", o->model, "model directory (else the schedule flags: --preset and friends)");
+    cmd->add_option("--model", o->model, "model directory or a training run's --out (else the schedule flags: --preset and friends)");
     o->schedule.add_to(*cmd);
     cmd->add_option("--seed", o->seed, "seed of the random weights of a preset");
     cmd->add_option("--prompt", o->prompt, "prompt tokens, processed in one call (pp); 0 skips");
@@ -120,6 +120,7 @@ void add_bench_command(CLI::App& app) {
         std::string name;
         io::loaded_model loaded;  // a preset's config and random weights; a --model's config (its weights are mapped later)
         if (!o->model.empty()) {
+            o->model = model_dir(o->model);
             loaded.config = io::read_model_config(o->model);
             name = o->model;
         } else {

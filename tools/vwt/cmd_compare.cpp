@@ -2,12 +2,14 @@
 // same order for each seed (vwt::experiments::compare), written out as report.json, report.md and
 // SVG plots (vwt/report/compare_report.hpp).
 #include <iostream>
+#include <sstream>
 
 #include <vwt/experiments/compare.hpp>
 #include <vwt/report/compare_report.hpp>
 #include <vwt/vwt.hpp>
 
 #include "commands.hpp"
+#include "progress.hpp"
 #include "device_flags.hpp"
 #include "schedule_flags.hpp"
 
@@ -22,6 +24,7 @@ void add_compare_command(CLI::App& app) {
         int batch = 8, seq = 128, sample_tokens = 120;
         device_flags device;
         double lr = 3e-3, validation = 0.1;
+        bool quiet = false, json = false;
     };
     auto o = std::make_shared<options>();
     auto* cmd = app.add_subcommand("compare", "train the ><former and its uniform twin on the same data and report");
@@ -39,6 +42,8 @@ void add_compare_command(CLI::App& app) {
     cmd->add_option("--prompt", o->prompt, "prompt of the samples in report.md");
     cmd->add_option("--sample-tokens", o->sample_tokens, "length of those samples");
     cmd->add_option("--out", o->out, "output directory")->required();
+    cmd->add_flag("--quiet", o->quiet, "no progress on stderr (on a terminal a bar, else a line every 10 s)");
+    cmd->add_flag("--json", o->json, "print report.json's content instead of report.md");
     cmd->callback([o] {
         std::string name;
         int base = 0;
@@ -61,16 +66,22 @@ void add_compare_command(CLI::App& app) {
         c.out = o->out;
         std::filesystem::create_directories(o->out);
         experiments::compare_result result;
+        progress_display progress(o->quiet);
         o->device.run([&]<class B>(const typename B::context& ctx) {
             result = experiments::compare<B>(ctx, x, byte_level_config(x, false), tokens, c, [&](const experiments::compare_progress& p) {
-                const char* model = experiments::compared_model_name(p.model);
-                if (p.step)
-                    std::cerr << "\r" << model << " seed " << p.seed << ": step " << p.step->step << "/" << o->steps << " loss "
-                              << p.step->loss << "   " << std::flush;
-                else
-                    std::cerr << "\n" << model << " seed " << p.seed << ": validation loss " << p.finished->final_loss << "\n";
+                const std::string model = experiments::compared_model_name(p.model);
+                std::ostringstream line;
+                if (p.step) {
+                    line << model << " seed " << p.seed << ": " << progress_bar(double(p.step->step), double(o->steps)) << " step " << p.step->step
+                         << "/" << o->steps << " loss " << p.step->loss;
+                    progress.update(line.str(), p.step->step == o->steps);
+                } else {
+                    line << model << " seed " << p.seed << ": validation loss " << p.finished->final_loss;
+                    progress.note(line.str());
+                }
             });
         });
+        progress.finish();
         report::compare_report_input in{&result, &c, o->data, {}};
         for (int m = 0; m < 2; ++m)
             if (!result.runs[m].empty() && !result.runs[m].front().sample.empty())
@@ -81,7 +92,8 @@ void add_compare_command(CLI::App& app) {
         io::write_file_atomic(out / "report.md", md);
         io::write_file_atomic(out / "val_loss.svg", report::loss_curves_svg(result));
         io::write_file_atomic(out / "schedules.svg", report::schedule_svg(x, "width schedules"));
-        std::cout << md;
+        if (o->json) std::cout << report::compare_report_json(in).dump() << '\n';  // the report.json it wrote, on one line
+        else std::cout << md;
     });
 }
 

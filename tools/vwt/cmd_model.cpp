@@ -1,6 +1,8 @@
 // `vwt init` (a random muP or standard model directory), `vwt generate` (streamed text from a
 // prompt) and `vwt logits` (float32 logits of every position, for debugging and parity).
+#include <algorithm>
 #include <bit>
+#include <chrono>
 #include <iostream>
 #include <map>
 
@@ -25,7 +27,7 @@ io::dtype parse_dtype(const std::string& flag, const std::string& name) {
 
 template <class B>
 model<B> load(const std::string& dir, const typename B::context& ctx) {
-    return io::load_model<B>(dir, ctx, [](const std::string& warning) { std::cerr << "vwt: warning: " << warning << '\n'; });
+    return io::load_model<B>(model_dir(dir), ctx, [](const std::string& warning) { std::cerr << "vwt: warning: " << warning << '\n'; });
 }
 
 }  // namespace
@@ -91,20 +93,26 @@ void add_model_commands(CLI::App& app) {
     {
         struct options {
             std::string model, prompt;
-            int max_new = 64, top_k = 0;
-            double temperature = 1.0, top_p = 1.0;
+            int max_new = 64, top_k = 0, repeat_last_n = 64;
+            double temperature = 1.0, top_p = 1.0, min_p = 0.0, repeat_penalty = 1.0;
             std::uint64_t seed = 0;
+            bool json = false;
             device_flags device;
         };
         auto o = std::make_shared<options>();
         auto* cmd = app.add_subcommand("generate", "stream text generated from a prompt");
-        cmd->add_option("--model", o->model, "model directory")->required();
+        cmd->add_option("--model", o->model, "model directory, or a training run's --out (its LATEST checkpoint)")->required();
         cmd->add_option("--prompt", o->prompt, "prompt text (the model directory's tokenizer.json, else byte-level tokens)")->required();
         cmd->add_option("--max-new", o->max_new, "maximum new tokens");
         cmd->add_option("--temperature", o->temperature, "sampling temperature; 0 is greedy");
         cmd->add_option("--top-k", o->top_k, "keep the k most likely tokens (0: all)");
         cmd->add_option("--top-p", o->top_p, "keep the smallest set of probability >= p");
+        cmd->add_option("--min-p", o->min_p, "then drop tokens less likely than this times the most likely one (0: off)");
+        cmd->add_option("--repeat-penalty", o->repeat_penalty,
+                        "divide positive logits (multiply negative ones) of the recent tokens by this (1: off)");
+        cmd->add_option("--repeat-last-n", o->repeat_last_n, "how many recent tokens (prompt included) the penalty reads");
         cmd->add_option("--seed", o->seed, "sampling seed");
+        cmd->add_flag("--json", o->json, "print one JSON object (prompt, text, token ids, speed) instead of streaming the text");
         o->device.add_to(*cmd);
         o->device.add_weights_to(*cmd);
         o->device.add_kv_to(*cmd);
@@ -128,34 +136,51 @@ void add_model_commands(CLI::App& app) {
                              m.schedule().dims.context);
             generation_options g;
             g.max_new_tokens = o->max_new;
-            g.sampling = {o->temperature, o->top_k, o->top_p};
+            g.sampling = {o->temperature, o->top_k, o->top_p, o->min_p, o->repeat_penalty, o->repeat_last_n};
             g.seed = o->seed;
             if (m.config().eos_token_id >= 0) g.stop_tokens = {m.config().eos_token_id};
+            std::string text;  // the generated text (--json), else streamed as it comes
             g.on_token = [&](int t) {
                 std::string bytes;
                 if (stream) bytes = stream->push(t);  // whole characters only
                 else tok.append(bytes, t);
-                std::cout << bytes << std::flush;
+                if (o->json) text += bytes;
+                else std::cout << bytes << std::flush;
                 return true;
             };
             session<model<B>> s(m, ctx, static_cast<int>(needed), 0, o->device.kv_dtype());
-            std::cout << o->prompt;
-            generate(ctx, s, prompt, g);
-            if (stream) std::cout << stream->finish();
-            std::cout << '\n';
+            if (!o->json) std::cout << o->prompt;
+            const auto start = std::chrono::steady_clock::now();
+            const auto generated = generate(ctx, s, prompt, g);
+            const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            const std::string tail = stream ? stream->finish() : std::string();
+            if (o->json) {
+                const nlohmann::ordered_json j = {{"prompt", o->prompt},
+                                                  {"text", text + tail},
+                                                  {"prompt_tokens", prompt.size()},
+                                                  {"tokens", generated},
+                                                  {"seconds", seconds},
+                                                  {"tokens_per_s", seconds > 0 ? double(prompt.size() + generated.size()) / seconds : 0.0}};
+                // byte-level models may stop inside a UTF-8 character: replace what is not UTF-8
+                std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+            } else {
+                std::cout << tail << '\n';
+            }
         }); });
     }
     {
         struct options {
             std::string model, out;
             std::string tokens;
+            bool json = false;
             device_flags device;
         };
         auto o = std::make_shared<options>();
         auto* cmd = app.add_subcommand("logits", "write the float32 logits of every position, row-major [T x V], little endian");
-        cmd->add_option("--model", o->model, "model directory")->required();
+        cmd->add_option("--model", o->model, "model directory, or a training run's --out (its LATEST checkpoint)")->required();
         cmd->add_option("--tokens", o->tokens, "token ids, comma separated")->required();
         cmd->add_option("--out", o->out, "output file")->required();
+        cmd->add_flag("--json", o->json, "print the summary as JSON (file, shape, argmax of each position)");
         o->device.add_to(*cmd);
         o->device.add_weights_to(*cmd);
         cmd->callback([o] { o->device.run_inference([&]<class B>(const typename B::context& ctx) {
@@ -168,7 +193,17 @@ void add_model_commands(CLI::App& app) {
             const auto logits = m.forward(ctx, std::span(&in, 1), logits_mode::all);
             static_assert(std::endian::native == std::endian::little, "logits are written as the host's floats");
             io::write_file_atomic(o->out, std::string_view(reinterpret_cast<const char*>(logits.data()), logits.size() * sizeof(float)));
-            std::cout << "wrote " << o->out << " (" << tokens.size() << " x " << m.vocab() << " float32)\n";
+            if (o->json) {
+                std::vector<int> argmax;
+                for (std::size_t r = 0; r < tokens.size(); ++r) {
+                    const auto row = logits.begin() + static_cast<std::ptrdiff_t>(r * static_cast<std::size_t>(m.vocab()));
+                    argmax.push_back(static_cast<int>(std::max_element(row, row + m.vocab()) - row));
+                }
+                std::cout << nlohmann::ordered_json{{"out", o->out}, {"rows", tokens.size()}, {"vocab", m.vocab()}, {"dtype", "float32"}, {"argmax", argmax}}.dump()
+                          << '\n';
+            } else {
+                std::cout << "wrote " << o->out << " (" << tokens.size() << " x " << m.vocab() << " float32)\n";
+            }
         }); });
     }
 }

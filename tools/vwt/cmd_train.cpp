@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include <optional>
+#include <sstream>
 
 #include <vwt/io/bpe_tokenizer.hpp>
 #include <vwt/train/trainer.hpp>
@@ -24,6 +25,7 @@
 #endif
 
 #include "commands.hpp"
+#include "progress.hpp"
 #include "device_flags.hpp"
 #include "schedule_flags.hpp"
 
@@ -107,6 +109,13 @@ void truncate_log(const std::filesystem::path& path, std::int64_t step) {
 
 }  // namespace
 
+std::string model_dir(const std::string& dir) {
+    namespace fs = std::filesystem;
+    if (!fs::exists(fs::path(dir) / "config.json") && fs::exists(fs::path(dir) / "LATEST"))
+        return train::latest_checkpoint(dir, "--model").string();
+    return dir;
+}
+
 void add_train_commands(CLI::App& app) {
     {
         struct options {
@@ -118,7 +127,7 @@ void add_train_commands(CLI::App& app) {
             double lr = 3e-3, clip = 1.0, validation = 0.1;
             std::uint64_t seed = 0;
             std::int64_t eval_every = 50, checkpoint_every = 100;
-            bool resume = false, standard = false;
+            bool resume = false, standard = false, quiet = false, json = false;
             int ranks = 1;
         };
         auto o = std::make_shared<options>();
@@ -147,6 +156,8 @@ void add_train_commands(CLI::App& app) {
         cmd->add_option("--max-shard-size", o->max_shard, "checkpoint weights in shards of at most this size (e.g. 2GB); 0: one file");
         cmd->add_flag("--resume", o->resume, "continue from the latest checkpoint in --out");
         cmd->add_flag("--standard", o->standard, "standard parametrisation instead of muP");
+        cmd->add_flag("--quiet", o->quiet, "no progress on stderr (on a terminal a bar, else a line every 10 s)");
+        cmd->add_flag("--json", o->json, "print the final summary as JSON");
         cmd->callback([o] {
             if (o->ranks < 1) detail::fail("--ranks: must be at least 1");
 #if defined(VWT_WITH_MPI)
@@ -185,7 +196,7 @@ void add_train_commands(CLI::App& app) {
                 c.bos_token_id = c.eos_token_id = c.pad_token_id = tok->token_id("<|endoftext|>").value_or(-1);
                 const io::mapped_file text(o->data);
                 const auto bytes = text.bytes();
-                tokens = tokenize_text(*tok, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), true);
+                tokens = tokenize_text(*tok, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), !o->quiet);
             } else {
                 tokens = train::read_tokens(o->data, parse_token_format(o->format), c.schedule.dims.vocab);
             }
@@ -236,6 +247,8 @@ void add_train_commands(CLI::App& app) {
                 if (lead) log.open(log_path, o->resume ? std::ios::app : std::ios::trunc);
                 const auto start = std::chrono::steady_clock::now();
                 const auto first = tr.step();
+                progress_display progress(o->quiet || !lead);
+                double last_loss = -1, last_validation = -1;
                 tr.run([&](const train::step_report& r) {
                     if (!lead) return;
                     nlohmann::ordered_json j = {{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
@@ -252,16 +265,29 @@ void add_train_commands(CLI::App& app) {
                     log << j.dump() << '\n' << std::flush;
                     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
                     const double per_step = elapsed / static_cast<double>(r.step - first);
-                    const int width = 24, done = static_cast<int>(width * r.step / o->steps);
-                    std::cerr << "\r[" << std::string(static_cast<std::size_t>(done), '#') << std::string(static_cast<std::size_t>(width - done), '.')
-                              << "] step " << r.step << "/" << o->steps << " loss " << r.loss
-                              << (r.aux_loss >= 0 ? " aux " + std::to_string(r.aux_loss) : std::string()) << " " << static_cast<long>(r.tokens_per_second)
-                              << " tok/s ETA " << eta(per_step * static_cast<double>(o->steps - r.step)) << "   " << std::flush;
-                    if (r.validation_loss >= 0)
-                        std::cerr << "\nstep " << r.step << ": validation loss " << r.validation_loss << " (perplexity "
-                                  << std::exp(r.validation_loss) << ")\n";
+                    std::ostringstream line;
+                    line << progress_bar(static_cast<double>(r.step), static_cast<double>(o->steps)) << " step " << r.step << "/" << o->steps
+                         << " loss " << r.loss << (r.aux_loss >= 0 ? " aux " + std::to_string(r.aux_loss) : std::string()) << " "
+                         << static_cast<long>(r.tokens_per_second) << " tok/s ETA " << eta(per_step * static_cast<double>(o->steps - r.step));
+                    progress.update(line.str(), r.step == o->steps);
+                    last_loss = r.loss;
+                    if (r.validation_loss >= 0) {
+                        last_validation = r.validation_loss;
+                        std::ostringstream note;
+                        note << "step " << r.step << ": validation loss " << r.validation_loss << " (perplexity " << std::exp(r.validation_loss) << ")";
+                        progress.note(note.str());
+                    }
             });
-            if (lead) std::cout << "trained " << name << " to step " << tr.step() << "; checkpoint " << (std::filesystem::path(o->out) / train::checkpoint_name(tr.step())).string() << '\n';
+            progress.finish();
+            const auto checkpoint = (std::filesystem::path(o->out) / train::checkpoint_name(tr.step())).string();
+            if (lead && o->json) {
+                nlohmann::ordered_json j = {{"model", name}, {"step", tr.step()}, {"checkpoint", checkpoint}, {"loss", last_loss}};
+                if (last_validation >= 0) j["val_loss"] = last_validation;
+                j["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+                std::cout << j.dump() << '\n';
+            } else if (lead) {
+                std::cout << "trained " << name << " to step " << tr.step() << "; checkpoint " << checkpoint << '\n';
+            }
             });
             } catch (const std::exception& e) {
 #if defined(VWT_WITH_MPI)
@@ -278,20 +304,22 @@ void add_train_commands(CLI::App& app) {
             std::string model, data, format = "text";
             int seq = 128;
             double validation = 0.1;
-            bool experts = false;
+            bool experts = false, json = false;
             device_flags device;
         };
         auto o = std::make_shared<options>();
         auto* cmd = app.add_subcommand("eval", "validation loss and perplexity of a model on a corpus's held-out tail");
-        cmd->add_option("--model", o->model, "model directory")->required();
+        cmd->add_option("--model", o->model, "model directory, or a training run's --out (its LATEST checkpoint)")->required();
         cmd->add_option("--data", o->data, "corpus file")->required();
         cmd->add_option("--format", o->format, "text, u16 or u32");
+        cmd->add_flag("--json", o->json, "print the result as JSON");
         cmd->add_option("--seq", o->seq, "sequence length");
         cmd->add_option("--validation", o->validation, "held-out fraction at the end of the corpus");
         cmd->add_flag("--experts", o->experts, "MoE models: also print each layer's share of tokens per expert");
         o->device.add_to(*cmd);
         o->device.add_weights_to(*cmd);
         cmd->callback([o] {
+            o->model = model_dir(o->model);
             const auto config = io::read_model_config(o->model);
             if (o->experts && !config.schedule.dims.moe.enabled()) detail::fail("--experts: model '", o->model, "' has no MoE layers");
             if (o->seq > config.schedule.dims.context)
@@ -302,6 +330,13 @@ void add_train_commands(CLI::App& app) {
                 const auto m = io::load_model<B>(o->model, ctx);
                 std::vector<std::int64_t> load;
                 const double loss = train::validation_loss(ctx, m, data, 0, o->experts ? &load : nullptr);
+                if (o->json) {
+                    nlohmann::ordered_json j = {{"model", o->model}, {"loss", loss}, {"perplexity", std::exp(loss)},
+                                                {"windows", data.validation_windows()}, {"seq", o->seq}};
+                    if (o->experts) j["expert_tokens"] = load;  // layer-major: layers x experts
+                    std::cout << j.dump() << '\n';
+                    return;
+                }
                 std::cout << "validation loss " << loss << " perplexity " << std::exp(loss) << " over " << data.validation_windows()
                           << " windows of " << o->seq << " tokens\n";
                 if (o->experts) print_expert_load(std::cout, config.schedule, load);

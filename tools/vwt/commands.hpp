@@ -20,6 +20,10 @@ std::uint64_t parse_shard_size(const std::string& flag, const std::string& text)
 // A text's token ids, in pieces, with a progress bar on stderr when `progress` (cmd_tokenize.cpp).
 std::vector<int> tokenize_text(const io::bpe_tokenizer& tok, std::string_view text, bool progress);
 
+// A --model argument: a model directory, or a training run's output directory, whose LATEST names
+// its newest checkpoint (that checkpoint's directory is returned).
+std::string model_dir(const std::string& dir);
+// Sets the flags every command shares: defaults shown in --help.
 void add_info_command(CLI::App& app);
 void add_model_commands(CLI::App& app);  // init, generate, logits
 void add_train_commands(CLI::App& app);  // train, eval

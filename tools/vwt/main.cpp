@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
     CLI::App app{"vwt: Variable-Width Transformers (><former) in C++", "vwt"};
     app.set_version_flag("--version", vwt::version_string);
     app.require_subcommand(0, 1);
+    app.option_defaults()->always_capture_default();  // `CMD --help` and `vwt help CMD` show each flag's default
     vwt::cli::add_info_command(app);
     vwt::cli::add_model_commands(app);
     vwt::cli::add_train_commands(app);

@@ -102,6 +102,18 @@ inline std::string checkpoint_name(std::int64_t step) {
     return buf;
 }
 
+// The checkpoint directory that a run's out/LATEST names; `who` starts the error messages.
+inline std::filesystem::path latest_checkpoint(const std::filesystem::path& out, const std::string& who) {
+    const auto latest = out / "LATEST";
+    if (!std::filesystem::exists(latest)) vwt::detail::fail(who, ": no checkpoint in '", out.string(), "' (no LATEST file)");
+    const auto bytes = io::read_file_bytes(latest, 4096);
+    std::string name(bytes.begin(), bytes.end());
+    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
+        vwt::detail::fail(who, ": '", latest.string(), "' does not name a checkpoint directory");
+    return out / name;
+}
+
 template <class B>
 class trainer {
 public:
@@ -255,14 +267,7 @@ public:
     // Restores parameters, optimizer and data position from out/LATEST.
     void resume() {
         namespace fs = std::filesystem;
-        const auto latest = o_.out / "LATEST";
-        if (!fs::exists(latest)) vwt::detail::fail("resume: no checkpoint in '", o_.out.string(), "' (no LATEST file)");
-        const auto bytes = io::read_file_bytes(latest, 4096);
-        std::string name(bytes.begin(), bytes.end());
-        while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-        if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
-            vwt::detail::fail("resume: '", latest.string(), "' does not name a checkpoint directory");
-        const fs::path dir = o_.out / name;
+        const fs::path dir = latest_checkpoint(o_.out, "resume");
         auto loaded = io::load_model_dir(dir);
         if (loaded.config.schedule != model_.config().schedule)
             vwt::detail::fail("resume: checkpoint '", dir.string(), "' has another schedule than this run");
