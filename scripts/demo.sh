@@ -7,8 +7,8 @@
 # Debian package bible-kjv that the setup script installs; nothing is downloaded.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DVWT_BUILD_TESTS=OFF -DVWT_BUILD_BENCH=OFF >/dev/null
+bash scripts/setup.sh --demo  # only what the demo needs; scripts/test.sh installs the test stack
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DVWT_BUILD_TESTS=OFF -DVWT_BUILD_BENCH=OFF -DVWT_BUILD_EXAMPLES=OFF >/dev/null
 cmake --build build -j"$(nproc)" --target vwt_cli
 ./build/tools/vwt info --preset dense_200m --svg build/dense_200m.svg
 

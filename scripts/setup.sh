@@ -1,8 +1,21 @@
 #!/usr/bin/env bash
-# Installs every dependency vwt's build, tests and benchmarks need, from Debian's packages.
+# Installs the dependencies from Debian's packages (and PyPI for what Debian lacks).
+# Usage: setup.sh          every dependency of the build, tests and benchmarks (scripts/test.sh)
+#        setup.sh --demo   only what the demo needs: a compiler, CMake, the library's dependencies,
+#                          CLI11, PCRE2, oneDNN and the demo's corpus (scripts/demo.sh)
 # Idempotent: packages already present are skipped, and nothing is asked interactively.
 set -euo pipefail
 
+demo=0
+case "${1:-}" in
+  --demo) demo=1 ;;
+  "") ;;
+  *) echo "setup.sh: unknown argument '$1' (--demo, or nothing for everything)" >&2; exit 2 ;;
+esac
+
+demo_packages=(
+  build-essential cmake libeigen3-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libdnnl-dev bible-kjv
+)
 packages=(
   build-essential cmake clang libomp-dev
   libclang-rt-14-dev    # clang's sanitizer and libFuzzer runtimes (ASan/UBSan tests, scripts/fuzz.sh)
@@ -16,6 +29,7 @@ packages=(
   bible-kjv             # the demo's corpus: the King James Version (public domain), printed by `bible`
 )
 
+((demo)) && packages=("${demo_packages[@]}")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -32,6 +46,7 @@ else
   echo "setup: all packages present"
 fi
 
+((demo)) && exit 0
 # Python packages the tests need that Debian does not ship, from PyPI into build-venv (ignored by git).
 venv="$(dirname "$0")/../build-venv"
 if [ ! -x "$venv/bin/python" ]; then
