@@ -54,3 +54,6 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 "$venv/bin/python" -c "import tokenizers" 2>/dev/null || "$venv/bin/pip" install --quiet "tokenizers==0.23.3"
 "$venv/bin/python" -c "import tokenizers; print('setup: tokenizers', tokenizers.__version__)"
+# Conan 2, for the offline `conan create` of the recipe (tests/packaging/conan_create.sh)
+[ -x "$venv/bin/conan" ] || "$venv/bin/pip" install --quiet "conan>=2.0,<3"
+echo "setup: $("$venv/bin/conan" --version)"
