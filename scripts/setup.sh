@@ -25,6 +25,7 @@ packages=(
   libpcre2-dev          # the pre-tokenizer patterns of tokenizer.json (vwt::tokenizer)
   libopenblas0-pthread  # an optimised BLAS for PyTorch, whose Debian build otherwise uses the reference BLAS
   libopenblas-dev libdnnl-dev  # the library GEMM baselines of bench/bench_inference
+  pkg-config            # the package test builds a consumer from the installed vwt.pc
   libopenmpi-dev openmpi-bin  # vwt::mpi: data-parallel training (mpirun)
   bible-kjv             # the demo's corpus: the King James Version (public domain), printed by `bible`
 )

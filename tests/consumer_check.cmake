@@ -35,7 +35,7 @@ endif()
 
 # The same program built without CMake, with the flags of the installed pkg-config file (which
 # carries C++20, the include directory, EIGEN_DONT_PARALLELIZE and OpenMP where vwt used it).
-find_program(PKG_CONFIG pkg-config)
+find_program(PKG_CONFIG pkg-config REQUIRED)  # scripts/setup.sh installs it
 if(PKG_CONFIG)
   execute_process(COMMAND ${CMAKE_COMMAND} -E env PKG_CONFIG_PATH=${WORK_DIR}/prefix/share/pkgconfig
     ${PKG_CONFIG} --cflags --libs "vwt >= 0.2" RESULT_VARIABLE r OUTPUT_VARIABLE flags ERROR_VARIABLE err
