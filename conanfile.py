@@ -3,9 +3,11 @@
     conan create . -s compiler.cppstd=20            # the profile must ask for C++20 (or gnu20)
     # consumers: requires = "vwt/0.2.0"; find_package(vwt) and target vwt::vwt
 
-Options: with_openmp (thread the ops with OpenMP; default on), with_onednn and with_mpi (the
+Options: with_openmp (thread the ops with OpenMP; default on); with_tokenizer (the vwt::tokenizer
+component, tokenizer.json on Conan Center's pcre2; default off); with_onednn and with_mpi (the
 vwt::onednn and vwt::mpi components, against the system's oneDNN and MPI, which Conan Center does
-not provide in a form vwt has been tested with; default off).
+not provide in a form vwt has been tested with; default off). The CUDA component is a compiled
+library and this package is headers only: take it from the CMake build or vcpkg's `cuda` feature.
 """
 import os
 import re
@@ -25,8 +27,8 @@ class VwtConan(ConanFile):
     description = "Variable-Width Transformers (the ><former): header-only C++20 training and inference"
     topics = ("transformer", "language-model", "header-only", "eigen")
     settings = "os", "arch", "compiler", "build_type"
-    options = {"with_openmp": [True, False], "with_onednn": [True, False], "with_mpi": [True, False]}
-    default_options = {"with_openmp": True, "with_onednn": False, "with_mpi": False}
+    options = {"with_openmp": [True, False], "with_tokenizer": [True, False], "with_onednn": [True, False], "with_mpi": [True, False]}
+    default_options = {"with_openmp": True, "with_tokenizer": False, "with_onednn": False, "with_mpi": False}
     exports_sources = "CMakeLists.txt", "cmake/*", "include/*", "LICENSE", "README.md", "CHANGELOG.md"
     no_copy_source = True
 
@@ -44,6 +46,8 @@ class VwtConan(ConanFile):
     def requirements(self):
         self.requires("eigen/3.4.0")
         self.requires("nlohmann_json/[>=3.10 <4]")
+        if self.options.with_tokenizer:
+            self.requires("pcre2/[>=10.40 <11]")
 
     def validate(self):
         try:
@@ -88,6 +92,12 @@ class VwtConan(ConanFile):
             core.cxxflags = [flag]
             core.sharedlinkflags = [flag]
             core.exelinkflags = [flag]
+        if self.options.with_tokenizer:
+            tokenizer = self.cpp_info.components["tokenizer"]
+            tokenizer.set_property("cmake_target_name", "vwt::tokenizer")
+            tokenizer.requires = ["core", "pcre2::pcre2"]
+            tokenizer.bindirs = []
+            tokenizer.libdirs = []
         if self.options.with_onednn:
             onednn = self.cpp_info.components["onednn"]
             onednn.set_property("cmake_target_name", "vwt::onednn")
