@@ -56,7 +56,9 @@ if not e["model"].endswith("step-00000006"):
     fail(f"eval --model RUN_DIR read {e['model']}, not the checkpoint LATEST names")
 g = json.loads(run("generate", "--model", out, "--prompt", "The ", "--max-new", "12", "--temperature", "0.8",
                    "--min-p", "0.05", "--repeat-penalty", "1.3", "--repeat-last-n", "16", "--json").stdout)
-if g["prompt"] != "The " or len(g["tokens"]) != 12 or g["prompt_tokens"] != 4 or not isinstance(g["text"], str):
+eos = json.load(open(os.path.join(summary["checkpoint"], "config.json")))["eos_token_id"]
+ended = len(g["tokens"]) == 12 or (1 <= len(g["tokens"]) < 12 and g["tokens"][-1] == eos)  # 12 tokens, or stopped at eos
+if g["prompt"] != "The " or not ended or g["prompt_tokens"] != 4 or not isinstance(g["text"], str):
     fail(f"generate --json: {g}")
 if run("generate", "--model", out, "--prompt", "x", "--min-p", "2", ok=False).stderr.strip() != \
         "vwt: error: sampling: min-p must be in [0, 1], got 2":
