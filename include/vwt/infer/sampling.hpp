@@ -89,11 +89,9 @@ private:
         if (keep < n) std::partial_sort(first, middle, first + static_cast<std::ptrdiff_t>(n), before);
         else std::sort(first, middle, before);
         const double top = logit(order_[0]);
-        double sum = 0;
-        for (std::size_t i = 0; i < keep; ++i) {
-            weight_[i] = std::exp((logit(order_[i]) - top) / o.temperature);  // the first is 1
-            sum += weight_[i];
-        }
+        for (std::size_t i = 0; i < keep; ++i) weight_[i] = std::exp((logit(order_[i]) - top) / o.temperature);  // the first is 1
+        const auto kept_sum = [&] { return std::accumulate(weight_.begin(), weight_.begin() + static_cast<std::ptrdiff_t>(keep), 0.0); };
+        double sum = kept_sum();
         if (o.top_p < 1) {
             double cumulative = 0;
             std::size_t kept = 0;
@@ -103,15 +101,13 @@ private:
                 if (cumulative >= o.top_p) break;
             }
             keep = kept;
-            sum = 0;
-            for (std::size_t i = 0; i < keep; ++i) sum += weight_[i];
+            sum = kept_sum();
         }
         if (o.min_p > 0) {  // weights fall along the order, and the first (the most likely) is 1
             std::size_t kept = 1;
             while (kept < keep && weight_[kept] >= o.min_p) ++kept;
             keep = kept;
-            sum = 0;
-            for (std::size_t i = 0; i < keep; ++i) sum += weight_[i];
+            sum = kept_sum();
         }
         // Inverse CDF of the kept weights.
         const double u = std::uniform_real_distribution<double>(0.0, sum)(rng);

@@ -12,11 +12,8 @@
 
 namespace vwt::cpu::kernels {
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-inline constexpr bool simd_attention = true;
-#else
-inline constexpr bool simd_attention = false;
-#endif
+// Whether the kernels below run in SIMD (else they are plain loops the backend does not use).
+inline constexpr bool simd_attention = detail::lanes > 0;
 
 // Query rows processed together: each loaded key or value vector serves this many rows.
 inline constexpr index_t attention_block_rows = 4;
@@ -59,28 +56,6 @@ inline void pad_values(const E* values, index_t stride, attention_head_layout l,
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 namespace detail {
-inline vfloat vbroadcast(float x) {
-#if defined(__AVX512F__)
-    return _mm512_set1_ps(x);
-#else
-    return _mm256_set1_ps(x);
-#endif
-}
-inline void vstore(float* p, vfloat v) {
-#if defined(__AVX512F__)
-    _mm512_storeu_ps(p, v);
-#else
-    _mm256_storeu_ps(p, v);
-#endif
-}
-inline vfloat vmul(vfloat a, vfloat b) {
-#if defined(__AVX512F__)
-    return _mm512_mul_ps(a, b);
-#else
-    return _mm256_mul_ps(a, b);
-#endif
-}
-
 // scores[r][j0 .. j0 + C * lanes) = scale * q_r . key j, for R query rows.
 template <int R, int C>
 inline void score_chunks(const float* const* q, const float* kt, index_t ldk, index_t d, index_t j0, float scale, float* scores,

@@ -89,14 +89,14 @@ const bf16* as_bf16(int threads, const E* p, index_t rows, index_t cols, index_t
 }  // namespace detail
 
 namespace detail {
-// gemm_bf16 with the cache's lock held and a y of leading dimension n.
+// gemm_bf16 with the cache's lock held, into a dense y (leading dimension n).
 template <class A, class B>
 bool gemm_bf16_dense(product_cache& cache, int threads, char trans_a, char trans_b, index_t m, index_t n, index_t k, float alpha,
-                     const A* a, index_t lda, const B* b, index_t ldb, float beta, float* y, index_t ldy, product_shapes shapes) {
+                     const A* a, index_t lda, const B* b, index_t ldb, float beta, float* y, product_shapes shapes) {
     const bool varying = shapes == product_shapes::varying_rows;
     constexpr index_t runtime = DNNL_RUNTIME_DIM_VAL;
     const index_t key_m = varying && trans_a == 'N' ? -1 : m, key_k = varying && trans_a == 'T' ? -1 : k;
-    const product_cache::key key{trans_a, trans_b, key_m, n, key_k, lda, ldb, ldy, std::bit_cast<std::int32_t>(alpha),
+    const product_cache::key key{trans_a, trans_b, key_m, n, key_k, lda, ldb, std::bit_cast<std::int32_t>(alpha),
                                  std::bit_cast<std::int32_t>(beta)};
     // The primitive reads the operands in place: strides say which is transposed. Float operands
     // are rounded into packed copies, which changes their leading dimension, not the key's. (No
@@ -108,7 +108,7 @@ bool gemm_bf16_dense(product_cache& cache, int threads, char trans_a, char trans
     const auto descs = [&](index_t rows_m, index_t rows_k) {
         return std::array{dnnl::memory::desc({rows_m, rows_k}, dt::bf16, trans_a == 'N' ? dims{ld_a, 1} : dims{1, ld_a}),
                           dnnl::memory::desc({rows_k, n}, dt::bf16, trans_b == 'N' ? dims{ld_b, 1} : dims{1, ld_b}),
-                          dnnl::memory::desc({rows_m, n}, dt::f32, dims{ldy, 1})};
+                          dnnl::memory::desc({rows_m, n}, dt::f32, dims{n, 1})};
     };
     const auto actual = descs(m, k);
     const auto& a_desc = actual[0];
@@ -167,13 +167,13 @@ bool gemm_bf16(product_cache& cache, int threads, char trans_a, char trans_b, in
         return true;
     }
     const std::scoped_lock lock(cache.mutex());
-    if (ldy == n) return detail::gemm_bf16_dense(cache, threads, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, y, ldy, shapes);
+    if (ldy == n) return detail::gemm_bf16_dense(cache, threads, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, y, shapes);
     // A destination with a stride wider than its rows (a narrow layer's columns of the residual
     // stream) sends oneDNN 2.6 from its AMX/brgemm kernels to gemm:jit, which ran 2-5x slower on the
     // ><former's shapes: multiply into a dense buffer, then add that into y.
     auto& dense = cache.dense_output();
     dense.resize(static_cast<std::size_t>(m * n));
-    if (!detail::gemm_bf16_dense(cache, threads, trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, dense.data(), n, shapes))
+    if (!detail::gemm_bf16_dense(cache, threads, trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, dense.data(), shapes))
         return false;
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && m > 1)
     for (index_t r = 0; r < m; ++r) {

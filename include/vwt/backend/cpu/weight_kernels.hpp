@@ -62,6 +62,9 @@ inline vfloat vload(const bf16* p) {
 }
 inline vfloat vfma(vfloat a, vfloat b, vfloat c) { return _mm512_fmadd_ps(a, b, c); }
 inline vfloat vadd(vfloat a, vfloat b) { return _mm512_add_ps(a, b); }
+inline vfloat vmul(vfloat a, vfloat b) { return _mm512_mul_ps(a, b); }
+inline vfloat vbroadcast(float x) { return _mm512_set1_ps(x); }
+inline void vstore(float* p, vfloat v) { _mm512_storeu_ps(p, v); }
 inline float vsum(vfloat a) { return _mm512_reduce_add_ps(a); }
 #elif defined(__AVX2__) && defined(__FMA__)
 constexpr index_t lanes = 8;
@@ -73,6 +76,9 @@ inline vfloat vload(const bf16* p) {
 }
 inline vfloat vfma(vfloat a, vfloat b, vfloat c) { return _mm256_fmadd_ps(a, b, c); }
 inline vfloat vadd(vfloat a, vfloat b) { return _mm256_add_ps(a, b); }
+inline vfloat vmul(vfloat a, vfloat b) { return _mm256_mul_ps(a, b); }
+inline vfloat vbroadcast(float x) { return _mm256_set1_ps(x); }
+inline void vstore(float* p, vfloat v) { _mm256_storeu_ps(p, v); }
 inline float vsum(vfloat a) {
     const __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
     const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
