@@ -49,4 +49,9 @@ prompt = "ROMEO: the 2026 café ☕"
 text = subprocess.run([vwt, "generate", "--model", checkpoint, "--prompt", prompt, "--max-new", "8", "--temperature", "0"],
                       check=True, capture_output=True).stdout
 assert text.startswith(prompt.encode("utf-8")), text  # (an untrained model may well generate ill-formed bytes after it)
+# --model RUN_DIR: the checkpoint LATEST names, with its tokenizer.json (the same prompt tokens as
+# from the checkpoint itself, fewer than the prompt's bytes)
+counts = [json.loads(subprocess.run([vwt, "generate", "--model", m, "--prompt", prompt, "--max-new", "2", "--json"],
+                                    check=True, capture_output=True, text=True).stdout)["prompt_tokens"] for m in (checkpoint, run)]
+assert counts[0] == counts[1] < len(prompt.encode("utf-8")), counts
 print("train --tokenizer and generate: ok")

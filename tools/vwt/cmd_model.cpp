@@ -27,7 +27,7 @@ io::dtype parse_dtype(const std::string& flag, const std::string& name) {
 
 template <class B>
 model<B> load(const std::string& dir, const typename B::context& ctx) {
-    return io::load_model<B>(model_dir(dir), ctx, [](const std::string& warning) { std::cerr << "vwt: warning: " << warning << '\n'; });
+    return io::load_model<B>(dir, ctx, [](const std::string& warning) { std::cerr << "vwt: warning: " << warning << '\n'; });
 }
 
 }  // namespace
@@ -101,7 +101,7 @@ void add_model_commands(CLI::App& app) {
         };
         auto o = std::make_shared<options>();
         auto* cmd = app.add_subcommand("generate", "stream text generated from a prompt");
-        cmd->add_option("--model", o->model, "model directory, or a training run's --out (its LATEST checkpoint)")->required();
+        cmd->add_option("--model", o->model, model_dir_help)->required();
         cmd->add_option("--prompt", o->prompt, "prompt text (the model directory's tokenizer.json, else byte-level tokens)")->required();
         cmd->add_option("--max-new", o->max_new, "maximum new tokens");
         cmd->add_option("--temperature", o->temperature, "sampling temperature; 0 is greedy");
@@ -116,7 +116,9 @@ void add_model_commands(CLI::App& app) {
         o->device.add_to(*cmd);
         o->device.add_weights_to(*cmd);
         o->device.add_kv_to(*cmd);
-        cmd->callback([o] { o->device.run_inference([&]<class B>(const typename B::context& ctx) {
+        cmd->callback([o] {
+            o->model = model_dir(o->model);  // a run's LATEST checkpoint: its weights and its tokenizer.json
+            o->device.run_inference([&]<class B>(const typename B::context& ctx) {
             const auto m = load<B>(o->model, ctx);
             const io::byte_tokenizer tok(m.vocab());
             // the model directory's tokenizer.json if it has one, else bytes
@@ -177,13 +179,15 @@ void add_model_commands(CLI::App& app) {
         };
         auto o = std::make_shared<options>();
         auto* cmd = app.add_subcommand("logits", "write the float32 logits of every position, row-major [T x V], little endian");
-        cmd->add_option("--model", o->model, "model directory, or a training run's --out (its LATEST checkpoint)")->required();
+        cmd->add_option("--model", o->model, model_dir_help)->required();
         cmd->add_option("--tokens", o->tokens, "token ids, comma separated")->required();
         cmd->add_option("--out", o->out, "output file")->required();
         cmd->add_flag("--json", o->json, "print the summary as JSON (file, shape, argmax of each position)");
         o->device.add_to(*cmd);
         o->device.add_weights_to(*cmd);
-        cmd->callback([o] { o->device.run_inference([&]<class B>(const typename B::context& ctx) {
+        cmd->callback([o] {
+            o->model = model_dir(o->model);
+            o->device.run_inference([&]<class B>(const typename B::context& ctx) {
             const auto m = load<B>(o->model, ctx);
             const auto tokens = io::parse_token_ids(o->tokens, m.vocab(), "--tokens");
             if (static_cast<int>(tokens.size()) > m.schedule().dims.context)

@@ -309,7 +309,7 @@ void add_train_commands(CLI::App& app) {
         };
         auto o = std::make_shared<options>();
         auto* cmd = app.add_subcommand("eval", "validation loss and perplexity of a model on a corpus's held-out tail");
-        cmd->add_option("--model", o->model, "model directory, or a training run's --out (its LATEST checkpoint)")->required();
+        cmd->add_option("--model", o->model, model_dir_help)->required();
         cmd->add_option("--data", o->data, "corpus file")->required();
         cmd->add_option("--format", o->format, "text, u16 or u32");
         cmd->add_flag("--json", o->json, "print the result as JSON");

@@ -21,9 +21,10 @@ std::uint64_t parse_shard_size(const std::string& flag, const std::string& text)
 std::vector<int> tokenize_text(const io::bpe_tokenizer& tok, std::string_view text, bool progress);
 
 // A --model argument: a model directory, or a training run's output directory, whose LATEST names
-// its newest checkpoint (that checkpoint's directory is returned).
+// its newest checkpoint (that checkpoint's directory is returned). model_dir_help describes it.
 std::string model_dir(const std::string& dir);
-// Sets the flags every command shares: defaults shown in --help.
+inline constexpr const char* model_dir_help = "model directory, or a training run's --out (its LATEST checkpoint)";
+
 void add_info_command(CLI::App& app);
 void add_model_commands(CLI::App& app);  // init, generate, logits
 void add_train_commands(CLI::App& app);  // train, eval
