@@ -81,36 +81,28 @@ class VwtConan(ConanFile):
     def package_info(self):
         self.cpp_info.set_property("cmake_file_name", "vwt")
         self.cpp_info.set_property("pkg_config_name", "vwt")
-        core = self.cpp_info.components["core"]
-        core.set_property("cmake_target_name", "vwt::vwt")
-        core.requires = ["eigen::eigen", "nlohmann_json::nlohmann_json"]
-        core.defines = ["EIGEN_DONT_PARALLELIZE"]  # vwt threads its ops itself (README: build options)
-        core.bindirs = []
-        core.libdirs = []
+
+        def component(name, requires, defines=(), system_libs=()):
+            """A headers-only component `name`, target vwt::<name> (core is vwt::vwt)."""
+            c = self.cpp_info.components[name]
+            c.set_property("cmake_target_name", "vwt::vwt" if name == "core" else f"vwt::{name}")
+            c.requires = list(requires)
+            c.defines = list(defines)
+            c.system_libs = list(system_libs)
+            c.bindirs = []
+            c.libdirs = []
+            return c
+
+        # EIGEN_DONT_PARALLELIZE: vwt threads its ops itself (README: build options)
+        core = component("core", ["eigen::eigen", "nlohmann_json::nlohmann_json"], ["EIGEN_DONT_PARALLELIZE"])
         if self.options.with_openmp:
             flag = "/openmp" if self.settings.compiler == "msvc" else "-fopenmp"
             core.cxxflags = [flag]
             core.sharedlinkflags = [flag]
             core.exelinkflags = [flag]
         if self.options.with_tokenizer:
-            tokenizer = self.cpp_info.components["tokenizer"]
-            tokenizer.set_property("cmake_target_name", "vwt::tokenizer")
-            tokenizer.requires = ["core", "pcre2::pcre2"]
-            tokenizer.bindirs = []
-            tokenizer.libdirs = []
+            component("tokenizer", ["core", "pcre2::pcre2"])
         if self.options.with_onednn:
-            onednn = self.cpp_info.components["onednn"]
-            onednn.set_property("cmake_target_name", "vwt::onednn")
-            onednn.requires = ["core"]
-            onednn.defines = ["VWT_WITH_ONEDNN"]
-            onednn.system_libs = ["dnnl"]
-            onednn.bindirs = []
-            onednn.libdirs = []
+            component("onednn", ["core"], ["VWT_WITH_ONEDNN"], ["dnnl"])
         if self.options.with_mpi:
-            mpi = self.cpp_info.components["mpi"]
-            mpi.set_property("cmake_target_name", "vwt::mpi")
-            mpi.requires = ["core"]
-            mpi.defines = ["VWT_WITH_MPI"]
-            mpi.system_libs = ["mpi_cxx", "mpi"]
-            mpi.bindirs = []
-            mpi.libdirs = []
+            component("mpi", ["core"], ["VWT_WITH_MPI"], ["mpi_cxx", "mpi"])

@@ -3,13 +3,7 @@
 # found at all builds, runs serially and does not link an OpenMP runtime.
 # Usage: cmake -DSOURCE_DIR=... -DWORK_DIR=... -DCXX=... -P no_openmp.cmake
 file(REMOVE_RECURSE ${WORK_DIR})
-function(step what)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE r OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT r EQUAL 0)
-    message(FATAL_ERROR "${what} failed:\n${out}\n${err}")
-  endif()
-  set(step_output "${out}" PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/step.cmake)
 step("configuring vwt without OpenMP" ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/vwt -DCMAKE_CXX_COMPILER=${CXX}
   -DVWT_WITH_OPENMP=OFF -DVWT_INSTALL=ON -DVWT_BUILD_TESTS=OFF -DVWT_BUILD_BENCH=OFF -DVWT_BUILD_EXAMPLES=OFF
   -DVWT_BUILD_TOOLS=OFF -DVWT_WITH_ONEDNN=OFF -DVWT_WITH_MPI=OFF)

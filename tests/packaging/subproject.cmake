@@ -2,13 +2,7 @@
 # installs the parent's program only (VWT_INSTALL is off below the top level), nothing of vwt's.
 # Usage: cmake -DSOURCE_DIR=... -DWORK_DIR=... -DCXX=... -P subproject.cmake
 file(REMOVE_RECURSE ${WORK_DIR})
-function(step what)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE r OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT r EQUAL 0)
-    message(FATAL_ERROR "${what} failed:\n${out}\n${err}")
-  endif()
-  set(step_output "${out}" PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/step.cmake)
 step("configuring the parent" ${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/packaging/subproject -B ${WORK_DIR}/build
   -DVWT_SOURCE=${SOURCE_DIR} -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_BUILD_TYPE=Release)
 step("building it" ${CMAKE_COMMAND} --build ${WORK_DIR}/build)
