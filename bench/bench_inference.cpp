@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <random>
 
 #include <vwt/vwt.hpp>
 
@@ -397,6 +398,33 @@ void paired_decode(benchmark::State& state) {
 BENCHMARK(paired_decode<backend>)->Name("paired_decode/f32")->Iterations(60)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(paired_decode<bf16_backend>)->Name("paired_decode/bf16")->Iterations(60)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(paired_decode<q8_backend>)->Name("paired_decode/q8")->Iterations(60)->UseManualTime()->Unit(benchmark::kMillisecond);
+// The q8 decode kernel alone, on one thread, with its weights in the L2 cache (512 x 2048: 1.2 MB),
+// so that memory does not hide the work per byte: float activations against q8 blocks widened to
+// float (product_precision::f32), against activations quantized to q8 blocks and multiplied as
+// 8-bit integers (the default). GB/s of weights streamed by each.
+void paired_q8_gemv_in_cache(benchmark::State& state) {
+    constexpr vwt::index_t n = 512, k = 2048, blocks = k / 32;
+    std::vector<float> x(k), y(n), w(n * k);
+    std::mt19937 rng(3);
+    std::normal_distribution<float> normal;
+    for (auto& v : w) v = normal(rng);
+    for (auto& v : x) v = normal(rng);
+    const auto q = vwt::convert_elements<vwt::q8_block>(w);
+    const vwt::host_matrix<const vwt::q8_block> wq{q.data(), n, blocks, blocks};
+    const auto gemv = [&](vwt::cpu::product_precision p) {
+        return [&, p] {
+            for (int i = 0; i < 100; ++i) q8_backend::matmul_nt({1, p}, vwt::host_matrix<const float>{x.data(), 1, k, k}, wq, {y.data(), 1, n, n});
+            benchmark::DoNotOptimize(y.data());
+        };
+    };
+    auto widened = gemv(vwt::cpu::product_precision::f32), integer = gemv(vwt::cpu::product_precision::automatic);
+    const auto [tf, ti] = fastest_of(state, widened, integer);
+    const double bytes = 100.0 * static_cast<double>(q.size() * sizeof(vwt::q8_block));
+    state.counters["widened_GBs"] = bytes / tf / 1e9;
+    state.counters["int8_GBs"] = bytes / ti / 1e9;
+    state.counters["speedup"] = tf / ti;
+}
+BENCHMARK(paired_q8_gemv_in_cache)->Iterations(40)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(paired_decode<bf16_backend, vwt::kv_dtype::bf16>)
     ->Name("paired_decode/bf16_kv")
     ->Iterations(60)
@@ -604,6 +632,9 @@ int main(int argc, char** argv) {
                         counter("paired_static_dynamic", "static_decode_tokens_per_s"), counter("paired_static_dynamic", "dynamic_decode_tokens_per_s"),
                         100 * (counter("paired_static_dynamic", "static_decode_tokens_per_s") /
                                    counter("paired_static_dynamic", "dynamic_decode_tokens_per_s") - 1));
+        if (const double g = counter("paired_q8_gemv_in_cache", "int8_GBs"); g > 0)
+            std::printf("q8 decode kernel, weights in L2, 1 thread: %.1f GB/s with 8-bit activations vs %.1f GB/s widening to float (%.2fx)\n", g,
+                        counter("paired_q8_gemv_in_cache", "widened_GBs"), counter("paired_q8_gemv_in_cache", "speedup"));
         const double tr = counter("paired_prefill", "time_ratio"), fr = counter("paired_prefill", "flop_ratio");
         std::printf("prefill time ratio ><former/uniform %.3f vs FLOP ratio %.3f (%+.1f%%)\n", tr, fr, 100 * (tr / fr - 1));
     }

@@ -281,6 +281,31 @@ TEST_CASE("q8 blocks: scale max|x| / 127, weights rounded to the nearest step, e
     CHECK_THROWS_WITH(vwt::convert_elements<vwt::q8_block>(std::vector<float>(40)), Catch::Matchers::Contains("not a whole number of blocks"));
 }
 
+TEST_CASE("q8 decode quantizes activations by the weights' rule, a non-finite block to a NaN scale") {
+    std::mt19937 rng(9);
+    std::normal_distribution<float> normal;
+    constexpr int blocks = 12;
+    std::vector<float> x(blocks * 32);
+    for (int trial = 0; trial < 200; ++trial) {
+        for (auto& v : x) v = std::ldexp(normal(rng), trial % 30 - 15);
+        for (int i = 0; i < 32; ++i) x[32 + i] = 0.0f;                   // block 1: zeros
+        x[2 * 32 + 5] = std::numeric_limits<float>::quiet_NaN();          // block 2: a NaN
+        x[3 * 32 + 31] = -std::numeric_limits<float>::infinity();         // block 3: an infinity
+        std::vector<vwt::q8_block> got(blocks);
+        vwt::cpu::kernels::quantize_row(x.data(), blocks * 32, got.data());
+        for (int b = 0; b < blocks; ++b) {
+            INFO("trial " << trial << " block " << b);
+            if (b == 2 || b == 3) {
+                CHECK(std::isnan(got[b].scale));
+                continue;
+            }
+            const auto want = vwt::q8_block::quantize(&x[static_cast<std::size_t>(b * 32)]);
+            REQUIRE(got[b].scale == want.scale);
+            for (int i = 0; i < 32; ++i) REQUIRE(got[b].q[i] == want.q[i]);
+        }
+    }
+}
+
 TEST_CASE("matmul_nt with q8 weights equals a brute-force sum over the dequantized weights") {
     using Q = vwt::cpu::backend<float, vwt::q8_block>;
     std::mt19937 rng(13);
@@ -312,11 +337,23 @@ TEST_CASE("matmul_nt with q8 weights equals a brute-force sum over the dequantiz
                         Q::matmul_nt({threads, vwt::cpu::product_precision::f32}, x.view(), wq, y.view(), alpha, beta);
                         check(y, want);
                         // the default: above 4 rows both operands rounded to bf16 (the dequantized
-                        // weight, a float, rounded), float sums
+                        // weight, a float, rounded), float sums; up to 4 rows (decode) each row of x
+                        // quantized to q8 blocks by the weights' rule (checked above), exact products
                         y = prior;
                         const bool rounds = m > Q::gemv_rows;
+                        std::vector<vwt::q8_block> xq(static_cast<std::size_t>(m * blocks));
+                        for (vwt::index_t r = 0; r < m; ++r)
+                            for (vwt::index_t b = 0; b < blocks; ++b) {
+                                float part[32];
+                                for (int i = 0; i < 32; ++i) part[i] = static_cast<float>(x.at(r, b * 32 + i));
+                                xq[static_cast<std::size_t>(r * blocks + b)] = vwt::q8_block::quantize(part);
+                            }
                         const auto want_default = brute_force(
-                            m, n, k, [&](auto r, auto j) { return rounds ? nearest_bf16(static_cast<float>(x.at(r, j))) : x.at(r, j); },
+                            m, n, k,
+                            [&](auto r, auto j) {
+                                const auto& b = xq[static_cast<std::size_t>(r * blocks + j / 32)];
+                                return rounds ? nearest_bf16(static_cast<float>(x.at(r, j))) : static_cast<double>(b.scale) * b.q[j % 32];
+                            },
                             [&](auto j, auto c) {
                                 const auto& b = w[static_cast<std::size_t>(c * stride + j / 32)];
                                 const float d = b.scale * static_cast<float>(b.q[j % 32]);

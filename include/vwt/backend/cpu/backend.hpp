@@ -118,10 +118,35 @@ struct backend {
         return ((k + panels - 1) / panels + 31) / 32 * 32;
     }
 
+    // matmul_nt of up to gemv_rows rows (decode): kernels::gemv_nt on each thread's slice of the
+    // weight's rows (one slice per thread measured faster than 4 handed out as threads finish).
+    // Against q8 weights the activations are quantized to q8 blocks once for all threads (see
+    // product_precision).
+    static void gemv_nt(const context& ctx, mat<const T> x, mat<const Weight> w, mat<T> y, T alpha, T beta) {
+        const index_t n = w.rows();
+        const int threads = std::max(1, std::min<int>(ctx.threads, static_cast<int>((n + 63) / 64)));
+        const index_t chunk = ((n + threads - 1) / threads + 15) / 16 * 16;
+        std::vector<q8_block> quantized;
+        if constexpr (std::is_same_v<Weight, q8_block>)
+            if (ctx.products == product_precision::automatic) {
+                quantized.resize(static_cast<std::size_t>(x.rows() * w.cols()));
+                for (index_t r = 0; r < x.rows(); ++r) kernels::quantize_row(x.row(r), x.cols(), quantized.data() + r * w.cols());
+            }
+        parallel_for(threads, threads, [&](index_t t) {
+            const index_t begin = t * chunk, end = std::min(n, begin + chunk);
+            if (begin >= end) return;
+            if constexpr (std::is_same_v<Weight, q8_block>)
+                if (!quantized.empty())
+                    return kernels::gemv_nt(mat<const q8_block>{quantized.data(), x.rows(), w.cols(), w.cols()}, x.cols(),
+                                            w.rows_range(begin, end), y.cols_range(begin, end), alpha, beta);
+            kernels::gemv_nt(x, x.cols(), w.rows_range(begin, end), y.cols_range(begin, end), alpha, beta);
+        });
+    }
+
     // y = alpha * x . w^T + beta * y, w an [n x k] row-major weight (torch's Linear layout). The
     // output columns (weight rows) are split across threads, so each thread streams its own slice
     // of the weight: the right split for decode (a few rows of x) and for prefill alike. Up to
-    // gemv_rows rows of x run the streaming kernel (kernels::gemv_nt); more run Eigen's GEMM, on
+    // gemv_rows rows of x run the streaming kernel (gemv_nt above); more run Eigen's GEMM, on
     // bf16 weights widened to float one cache-sized panel at a time.
     static constexpr index_t gemv_rows = 4;
     static void matmul_nt(const context& ctx, mat<const T> x, mat<const Weight> w, mat<T> y, T alpha = T(1), T beta = T(0)) {
@@ -135,6 +160,8 @@ struct backend {
         if constexpr (std::is_same_v<T, float>)
             if (x.rows() > gemv_rows) return matmul_nt_onednn(ctx, x, w, y, alpha, beta);
 #endif
+        if constexpr (std::is_same_v<T, float>)
+            if (x.rows() <= gemv_rows) return gemv_nt(ctx, x, w, y, alpha, beta);
         const int threads = std::max(1, std::min<int>(ctx.threads, static_cast<int>((n + 63) / 64)));
         const index_t chunk = ((n + threads - 1) / threads + 15) / 16 * 16;
         parallel_for(threads, threads, [&](index_t t_) {
@@ -142,8 +169,6 @@ struct backend {
             const index_t begin = t * chunk;
             const index_t end = std::min(n, begin + chunk);
             if (begin >= end) return;
-            if constexpr (std::is_same_v<T, float>)
-                if (x.rows() <= gemv_rows) return kernels::gemv_nt(x, w.rows_range(begin, end), y.cols_range(begin, end), alpha, beta);
             auto out = eigen(y.cols_range(begin, end));
             scale_output(out, beta);
             const auto lhs = eigen(x);

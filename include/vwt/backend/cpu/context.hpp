@@ -15,7 +15,9 @@ namespace vwt::cpu {
 
 // How matmul_nt, matmul_nn and matmul_tn multiply.
 enum class product_precision {
-    // bf16 for products of more than 4 rows (prefill) against bf16 or q8 weights; f32 otherwise.
+    // bf16 for products of more than 4 rows (prefill) against bf16 or q8 weights; against q8
+    // weights, products of up to 4 rows (decode) quantize each row of activations to q8 blocks by
+    // the weights' rule and multiply 8-bit integers (exact sums, then both scales); f32 otherwise.
     automatic,
     // The operands as stored (bf16 and q8 weights widened to float, which is exact), float sums.
     f32,

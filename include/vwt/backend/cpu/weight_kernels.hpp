@@ -187,6 +187,74 @@ inline float dot(const q8_block* w, const float* x, index_t k) {
     return sum;
 }
 
+// x's k values (k a multiple of 32) quantized to k / 32 q8 blocks by q8_block::quantize_or_nan's
+// rule: the activations of q8 decode, so that its products run on 8-bit integers (see dot below).
+inline void quantize_row(const float* x, index_t k, q8_block* out) {
+    for (index_t b = 0; b < k / q8_block::size; ++b) {
+        const float* xb = x + b * q8_block::size;
+#if defined(__AVX512F__)
+        // the same numbers as quantize_or_nan: an exact maximum, the same division, and conversion
+        // under the default rounding (to nearest, ties to even)
+        const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
+        const __m512 a = _mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1));
+        const float amax = _mm512_reduce_max_ps(a);
+        const bool nan = _mm512_cmp_ps_mask(v0, v1, _CMP_UNORD_Q) != 0;
+        if (nan || !(amax > 0.0f) || !std::isfinite(amax)) {
+            out[b] = q8_block::quantize_or_nan(xb);
+            continue;
+        }
+        const float scale = amax / 127.0f;
+        const __m512 s = _mm512_set1_ps(scale);
+        out[b].scale = scale;
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out[b].q), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_div_ps(v0, s))));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out[b].q + 16), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_div_ps(v1, s))));
+#else
+        out[b] = q8_block::quantize_or_nan(xb);
+#endif
+    }
+}
+
+// dot(w, x) over k weights, both in q8 blocks: per block the 32 products of the 8-bit integers
+// summed exactly in 32-bit integers, then scaled by both blocks' scales and added in float (the
+// integer sums are the same on every target; the float additions differ in order). Integer products
+// take a quarter of the instructions of widening each weight to float, which keeps q8 decode at the
+// memory's pace: VNNI's dpbusd (unsigned x signed bytes), or AVX2's maddubs + madd, on |w| and x
+// carrying w's sign.
+inline float dot(const q8_block* w, const q8_block* x, index_t k) {
+    const index_t blocks = k / q8_block::size;
+    index_t b = 0;
+    float sum = 0.0f;
+#if defined(__AVX2__) && defined(__FMA__)
+    const auto block = [&](index_t i, __m256 acc) {
+        const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].q));
+        const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].q));
+        const __m256i aw = _mm256_sign_epi8(wq, wq), sx = _mm256_sign_epi8(xq, wq);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+        const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, sx);
+#else
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), _mm256_set1_epi16(1));  // |pair sums| <= 2 * 127^2: no saturation
+#endif
+        return _mm256_fmadd_ps(_mm256_set1_ps(w[i].scale * x[i].scale), _mm256_cvtepi32_ps(p), acc);
+    };
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+    for (; b + 4 <= blocks; b += 4) {
+        detail::prefetch_ahead(w + b, 4 * sizeof(q8_block));
+        a0 = block(b, a0), a1 = block(b + 1, a1), a2 = block(b + 2, a2), a3 = block(b + 3, a3);
+    }
+    for (; b < blocks; ++b) a0 = block(b, a0);
+    const __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+    const __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    const __m128 t = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    sum = _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+#endif
+    for (; b < blocks; ++b) {
+        std::int32_t t = 0;
+        for (index_t i = 0; i < q8_block::size; ++i) t += static_cast<std::int32_t>(w[b].q[i]) * x[b].q[i];
+        sum += w[b].scale * x[b].scale * static_cast<float>(t);
+    }
+    return sum;
+}
+
 #if defined(__AVX512F__)
 namespace detail {
 // The first n < = 16 values at p as floats, the other lanes 0.
@@ -266,16 +334,17 @@ inline void weighted_row_sum(const float* a, const E* x, index_t stride, index_t
 }
 
 // y = alpha * x . w^T + beta * y for a few rows of x (decode): each block of weight rows is read
-// from memory once and from cache for the other rows of x. beta 0 never reads y.
-template <class W>
-inline void gemv_nt(matrix_view<const float, host_memory> x, matrix_view<const W, host_memory> w,
+// from memory once and from cache for the other rows of x. beta 0 never reads y. x is float, or
+// for q8 weights may be q8 blocks too (quantize_row), holding k weights per row either way.
+template <class W, class X>
+inline void gemv_nt(matrix_view<const X, host_memory> x, index_t k, matrix_view<const W, host_memory> w,
                     matrix_view<float, host_memory> y, float alpha, float beta) {
     constexpr index_t block = 64;  // weight rows per block: 64 rows of <= 4096 bf16 stay in a 1 MiB L2
-    const index_t n = w.rows(), k = x.cols();  // weights per row (w.cols() counts stored items)
+    const index_t n = w.rows();
     for (index_t j0 = 0; j0 < n; j0 += block) {
         const index_t j1 = std::min(n, j0 + block);
         for (index_t r = 0; r < x.rows(); ++r) {
-            const float* xr = x.row(r);
+            const X* xr = x.row(r);
             float* yr = y.row(r);
             for (index_t j = j0; j < j1; ++j) {
                 const float d = alpha * dot(w.row(j), xr, k);
