@@ -22,6 +22,7 @@ packages=(
   libeigen3-dev nlohmann-json3-dev libcli11-dev catch2 libbenchmark-dev
   python3 python3-torch python3-numpy
   python3-venv          # build-venv: PyPI tokenizers, the oracle of the tokenizer tests
+  python3-dev           # Python.h for the nanobind module (pip install ., python/)
   libpcre2-dev          # the pre-tokenizer patterns of tokenizer.json (vwt::tokenizer)
   libopenblas0-pthread  # an optimised BLAS for PyTorch, whose Debian build otherwise uses the reference BLAS
   libopenblas-dev libdnnl-dev  # the library GEMM baselines of bench/bench_inference
@@ -55,6 +56,10 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 "$venv/bin/python" -c "import tokenizers" 2>/dev/null || "$venv/bin/pip" install --quiet "tokenizers==0.23.3"
 "$venv/bin/python" -c "import tokenizers; print('setup: tokenizers', tokenizers.__version__)"
+# The Python package's build (scikit-build-core, nanobind) and tests (numpy, pytest): pip install
+# --no-build-isolation . in scripts/test.sh builds with these
+"$venv/bin/python" -c "import nanobind, scikit_build_core, numpy, pytest" 2>/dev/null ||
+  "$venv/bin/pip" install --quiet "nanobind>=2.0,<3" "scikit-build-core>=0.10,<2" "numpy>=1.22" "pytest>=7"
 # Conan 2, for the offline `conan create` of the recipe (tests/packaging/conan_create.sh)
 [ -x "$venv/bin/conan" ] || "$venv/bin/pip" install --quiet "conan>=2.0,<3"
 echo "setup: $("$venv/bin/conan" --version)"

@@ -31,6 +31,12 @@ for compiler in g++ clang++; do
   (cd "$dir" && ctest --output-on-failure -j"$jobs")
 done
 
+# The Python package (pip install . into build-venv: scikit-build-core builds python/ with the
+# project's CMake), tested with pytest against the g++ build's `vwt` binary.
+echo "=== Python package"
+build-venv/bin/pip install --quiet --no-build-isolation .
+VWT_CLI="$PWD/build-test-g++/tools/vwt" build-venv/bin/python -m pytest -q python/tests
+
 # The file-reading code and the model under AddressSanitizer and UndefinedBehaviorSanitizer (without
 # MPI: Open MPI's own allocations at exit would read as leaks).
 echo "=== sanitizers (ASan + UBSan)"

@@ -1,0 +1,243 @@
+// vwt._vwt: the library seen from Python (nanobind). A thin layer: schedules and their report go
+// through the command line's schedule flags and report::schedule_report_json (the numbers of
+// `vwt info --json`), models through io::load_model, logits through model::forward, generation
+// through vwt::generate. Compute runs with the GIL released; vwt::error reaches Python as
+// vwt.Error with the library's message. python/vwt/__init__.py is the public face.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/function.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <filesystem>
+#include <optional>
+#include <variant>
+
+#include <vwt/io/bpe_tokenizer.hpp>
+#include <vwt/report/schedule_report.hpp>
+#include <vwt/train/trainer.hpp>
+#include <vwt/vwt.hpp>
+
+#include "vwt/schedule_flags.hpp"
+
+namespace nb = nanobind;
+
+namespace {
+
+using f32_policy = vwt::cpu::backend<float>;
+using bf16_policy = vwt::cpu::backend<float, vwt::bf16>;
+using q8_policy = vwt::cpu::backend<float, vwt::q8_block>;
+
+// The schedule options Python passes (the CLI's flag names, dashes as underscores) as a
+// schedule_flags; an unknown name or a value of the wrong type is an error naming it.
+vwt::cli::schedule_flags flags_of(const nb::dict& options) {
+    vwt::cli::schedule_flags f;
+    for (const auto& item : options) {
+        const std::string name = nb::cast<std::string>(item.first);
+        const nb::handle value = item.second;
+        if (value.is_none()) continue;
+        try {
+            const auto integer = [&](std::optional<int>& field) { field = nb::cast<int>(value); };
+            const auto real = [&](std::optional<double>& field) { field = nb::cast<double>(value); };
+            if (name == "preset") f.preset = nb::cast<std::string>(value);
+            else if (name == "layers") integer(f.layers);
+            else if (name == "hidden") integer(f.hidden);
+            else if (name == "heads") integer(f.heads);
+            else if (name == "kv_heads") integer(f.kv_heads);
+            else if (name == "vocab") integer(f.vocab);
+            else if (name == "context") integer(f.context);
+            else if (name == "turn") integer(f.turn);
+            else if (name == "quantize") integer(f.quantize);
+            else if (name == "experts") integer(f.experts);
+            else if (name == "experts_per_token") integer(f.experts_per_token);
+            else if (name == "moe_intermediate") integer(f.moe_intermediate);
+            else if (name == "shape") f.shape_name = nb::cast<std::string>(value);
+            else if (name == "bottleneck") real(f.bottleneck);
+            else if (name == "expansion") real(f.expansion);
+            else if (name == "reduction") real(f.reduction);
+            else if (name == "delta") real(f.delta);
+            else if (name == "delta_neg") real(f.delta_neg);
+            else if (name == "duplicate_peak") f.duplicate_peak = nb::cast<bool>(value);
+            else if (name == "asymmetric") f.asymmetric = nb::cast<bool>(value);
+            else if (name == "permute") f.permute = nb::cast<std::string>(value);
+            else if (name == "permute_seed") f.permute_seed = nb::cast<std::uint64_t>(value);
+            else if (name == "permute_all") f.permute_all = nb::cast<bool>(value);
+            else if (name == "widths") f.widths = nb::cast<std::vector<int>>(value);
+            else vwt::detail::fail("schedule: unknown option '", name, "'");
+        } catch (const nb::cast_error&) {
+            vwt::detail::fail("schedule: option '", name, "' has the wrong type (", nb::cast<std::string>(nb::str(value.type())), ")");
+        }
+    }
+    return f;
+}
+
+int dtype_bytes(const std::string& option, const std::string& name) {
+    if (name == "f32") return 4;
+    if (name == "f16" || name == "bf16") return 2;
+    if (name == "f8") return 1;
+    vwt::detail::fail(option, ": unknown dtype '", name, "' (f32, f16, bf16, f8)");
+}
+
+// `vwt info --json` for the options: the schedule, its costs and its uniform twin's.
+std::string info_json(const nb::dict& options, int flops_context, const std::string& kv_dtype, const std::string& weight_dtype) {
+    vwt::report::schedule_report_input in;
+    in.model = flags_of(options).build(in.name, in.base_width);
+    in.options = {flops_context, dtype_bytes("kv_dtype", kv_dtype), dtype_bytes("weight_dtype", weight_dtype)};
+    return vwt::report::schedule_report_json(in).dump();
+}
+
+// A tokenizer: the model directory's tokenizer.json, else bytes (ids 0-255; specials decode to nothing).
+class tokenizer {
+public:
+    tokenizer(const std::filesystem::path& dir, int vocab) : bytes_(vocab) {
+        if (const auto file = dir / "tokenizer.json"; std::filesystem::exists(file)) {
+            bpe_.emplace(vwt::io::bpe_tokenizer::from_file(file));
+            if (bpe_->vocab_size() > vocab)
+                vwt::detail::fail(file.string(), ": ", bpe_->vocab_size(), " ids, more than the model's vocabulary of ", vocab);
+        }
+    }
+    std::vector<int> encode(const std::string& text) const { return bpe_ ? bpe_->encode(text) : bytes_.encode(text); }
+    std::string decode(const std::vector<int>& ids) const { return bpe_ ? bpe_->decode(ids) : bytes_.decode(ids); }
+    std::string kind() const { return bpe_ ? "bpe" : "bytes"; }
+
+private:
+    vwt::io::byte_tokenizer bytes_;
+    std::optional<vwt::io::bpe_tokenizer> bpe_;
+};
+
+// A loaded model in one of the CPU policy's weight formats, with the context every call runs on.
+class py_model {
+public:
+    py_model(const std::string& dir, const std::string& weights, int threads, const std::string& gemm) {
+        if (threads < 1) vwt::detail::fail("threads must be >= 1, got ", threads);
+        ctx_.threads = threads;
+        if (gemm == "fp32") ctx_.products = vwt::cpu::product_precision::f32;
+        else if (gemm == "bf16") ctx_.products = vwt::cpu::product_precision::bf16;
+        else if (gemm != "auto") vwt::detail::fail("gemm: unknown product precision '", gemm, "' (auto, fp32, bf16)");
+        namespace fs = std::filesystem;
+        dir_ = dir;  // a training run's directory means its newest checkpoint, as on the command line
+        if (!fs::exists(dir_ / "config.json") && fs::exists(dir_ / "LATEST")) dir_ = vwt::train::latest_checkpoint(dir_, "model");
+        nb::gil_scoped_release unlocked;
+        if (weights == "f32") model_.emplace<1>(vwt::io::load_model<f32_policy>(dir_, ctx_, {}));
+        else if (weights == "bf16") model_.emplace<2>(vwt::io::load_model<bf16_policy>(dir_, ctx_, {}));
+        else if (weights == "q8") model_.emplace<3>(vwt::io::load_model<q8_policy>(dir_, ctx_, {}));
+        else vwt::detail::fail("weights: unknown format '", weights, "' (f32, bf16, q8)");
+        visit([&](const auto& m) {
+            vocab_ = m.vocab();
+            context_ = m.schedule().dims.context;
+            widths_ = m.schedule().widths;
+            eos_ = m.config().eos_token_id;
+        });
+        tokenizer_.emplace(dir_, vocab_);
+    }
+
+    int vocab() const { return vocab_; }
+    int context() const { return context_; }
+    const std::vector<int>& widths() const { return widths_; }
+    int eos() const { return eos_; }
+    std::string directory() const { return dir_.string(); }
+    const tokenizer& tokens() const { return *tokenizer_; }
+
+    // float32 logits [T x V] of every position of the tokens, in a NumPy array that owns them.
+    nb::ndarray<nb::numpy, float, nb::ndim<2>> logits(const std::vector<int>& tokens) const {
+        auto* out = new std::vector<float>;
+        nb::capsule owner(out, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+        check_tokens(tokens, "logits");
+        {
+            nb::gil_scoped_release unlocked;
+            visit([&]<class B>(const vwt::model<B>& m) {
+                auto cache = m.make_cache(static_cast<int>(tokens.size()));
+                const vwt::sequence_input<B> in{&cache, tokens};
+                *out = m.forward(ctx_, std::span(&in, 1), vwt::logits_mode::all);
+            });
+        }
+        const std::size_t shape[2] = {tokens.size(), static_cast<std::size_t>(vocab())};
+        return {out->data(), 2, shape, owner};
+    }
+
+    // New tokens after the prompt; on_token (with the GIL) gets each one and may return False to stop.
+    std::vector<int> generate(const std::vector<int>& prompt, int max_new, double temperature, int top_k, double top_p, double min_p,
+                              double repeat_penalty, int repeat_last_n, std::uint64_t seed, bool stop_at_eos,
+                              const std::function<bool(int)>& on_token) const {
+        check_tokens(prompt, "generate");
+        if (max_new < 0) vwt::detail::fail("generate: max_new must be >= 0, got ", max_new);
+        const auto needed = static_cast<long long>(prompt.size()) + max_new;
+        if (needed > context())
+            vwt::detail::fail("generate: the prompt plus max_new: ", prompt.size(), " + ", max_new, " tokens exceed the model's context of ",
+                              context());
+        vwt::generation_options g;
+        g.max_new_tokens = max_new;
+        g.sampling = {temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n};
+        g.sampling.validate();
+        g.seed = seed;
+        if (stop_at_eos && eos() >= 0) g.stop_tokens = {eos()};
+        if (on_token)
+            g.on_token = [&](int t) {
+                nb::gil_scoped_acquire locked;
+                return on_token(t);
+            };
+        std::vector<int> out;
+        nb::gil_scoped_release unlocked;
+        visit([&]<class B>(const vwt::model<B>& m) {
+            vwt::session<vwt::model<B>> s(m, ctx_, static_cast<int>(needed));
+            out = vwt::generate(ctx_, s, prompt, g);
+        });
+        return out;
+    }
+
+private:
+    std::variant<std::monostate, vwt::model<f32_policy>, vwt::model<bf16_policy>, vwt::model<q8_policy>> model_;
+    vwt::cpu::context ctx_;
+    std::filesystem::path dir_;
+    int vocab_ = 0, context_ = 0, eos_ = -1;
+    std::vector<int> widths_;
+    std::optional<tokenizer> tokenizer_;
+
+    template <class F>
+    void visit(F&& f) const {
+        std::visit(
+            [&](const auto& m) {
+                if constexpr (!std::is_same_v<std::decay_t<decltype(m)>, std::monostate>) f(m);
+            },
+            model_);
+    }
+    void check_tokens(const std::vector<int>& tokens, const char* who) const {
+        if (tokens.empty()) vwt::detail::fail(who, ": no tokens");
+        if (static_cast<long long>(tokens.size()) > context())
+            vwt::detail::fail(who, ": ", tokens.size(), " tokens exceed the model's context of ", context());
+        for (std::size_t i = 0; i < tokens.size(); ++i)
+            if (tokens[i] < 0 || tokens[i] >= vocab())
+                vwt::detail::fail(who, ": token ", tokens[i], " at position ", i, " is outside the vocabulary [0, ", vocab(), ")");
+    }
+};
+
+}  // namespace
+
+NB_MODULE(_vwt, m) {
+    m.doc() = "vwt's C++ core; use the vwt package";
+    m.attr("__version__") = vwt::version_string;
+    nb::exception<vwt::error>(m, "Error", PyExc_ValueError);
+
+    m.def("info_json", &info_json, nb::arg("options"), nb::arg("flops_context") = 0, nb::arg("kv_dtype") = "bf16",
+          nb::arg("weight_dtype") = "bf16", "`vwt info --json` for the schedule options, as a JSON string");
+
+    nb::class_<tokenizer>(m, "Tokenizer")
+        .def("encode", &tokenizer::encode, nb::arg("text"))
+        .def("decode", [](const tokenizer& t, const std::vector<int>& ids) { const auto s = t.decode(ids); return nb::bytes(s.data(), s.size()); },
+             nb::arg("ids"), "the bytes of the ids (a byte-level model may end inside a UTF-8 character)")
+        .def_prop_ro("kind", &tokenizer::kind);
+
+    nb::class_<py_model>(m, "Model")
+        .def(nb::init<const std::string&, const std::string&, int, const std::string&>(), nb::arg("directory"), nb::arg("weights") = "f32",
+             nb::arg("threads") = 1, nb::arg("gemm") = "auto")
+        .def_prop_ro("vocab", &py_model::vocab)
+        .def_prop_ro("context", &py_model::context)
+        .def_prop_ro("widths", &py_model::widths)
+        .def_prop_ro("eos_token_id", &py_model::eos)
+        .def_prop_ro("directory", &py_model::directory)
+        .def_prop_ro("tokenizer", &py_model::tokens, nb::rv_policy::reference_internal)
+        .def("logits", &py_model::logits, nb::arg("tokens"))
+        .def("generate", &py_model::generate, nb::arg("prompt"), nb::arg("max_new"), nb::arg("temperature"), nb::arg("top_k"),
+             nb::arg("top_p"), nb::arg("min_p"), nb::arg("repeat_penalty"), nb::arg("repeat_last_n"), nb::arg("seed"), nb::arg("stop_at_eos"),
+             nb::arg("on_token").none());
+}

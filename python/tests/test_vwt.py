@@ -1,0 +1,129 @@
+"""The Python package against the command line (an independent front end over the same files):
+info and schedules equal `vwt info --json`, logits equal `vwt logits`, generation equals
+`vwt generate --json` and is reproducible by seed, streaming yields the same tokens, and bad
+input raises vwt.Error naming what was wrong.
+
+Run by scripts/test.sh with VWT_CLI set to the built `vwt` binary."""
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+import vwt
+
+CLI = os.environ.get("VWT_CLI", "")
+
+
+def cli(*args):
+    if not CLI:
+        pytest.fail("set VWT_CLI to the vwt binary (scripts/test.sh does)")
+    return subprocess.run([CLI, *args], check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("model") / "tiny"
+    cli("init", "--preset", "tiny_l6", "--seed", "11", "--out", str(out))
+    return out
+
+
+@pytest.mark.parametrize("options", [
+    {"preset": "dense_200m"},
+    {"preset": "tiny_l8", "shape": "diamond", "bottleneck": 0.5, "quantize": 8},
+    {"layers": 6, "hidden": 96, "heads": 4, "widths": [96, 64, 32, 32, 64, 96]},
+])
+def test_info_equals_the_cli(options):
+    flags = []
+    for key, value in options.items():
+        flags.append("--" + key.replace("_", "-"))
+        flags.append(",".join(map(str, value)) if isinstance(value, list) else str(value))
+    want = json.loads(cli("info", "--json", *flags))
+    assert vwt.info(**options) == want
+    got = vwt.schedule(**options)
+    assert got["widths"] == want["widths"] and got["base_width"] == want["base_width"]
+
+
+def test_schedule_errors_name_the_option():
+    with pytest.raises(vwt.Error, match="unknown preset 'nope'"):
+        vwt.schedule("nope")
+    with pytest.raises(vwt.Error, match="unknown option 'layerz'"):
+        vwt.schedule("tiny_l6", layerz=3)
+    with pytest.raises(vwt.Error, match="option 'layers' has the wrong type"):
+        vwt.schedule("tiny_l6", layers="six")
+    with pytest.raises(vwt.Error, match="unknown dtype 'f64'"):
+        vwt.info("tiny_l6", kv_dtype="f64")
+
+
+@pytest.mark.parametrize("weights", ["f32", "bf16"])
+def test_logits_equal_the_cli(model_dir, tmp_path, weights):
+    tokens = [3, 141, 59, 26, 5, 35, 89, 79, 32, 38]
+    out = tmp_path / "logits.f32"
+    cli("logits", "--model", str(model_dir), "--tokens", ",".join(map(str, tokens)), "--out", str(out), "--weights", weights,
+        "--threads", "1")
+    m = vwt.Model(model_dir, weights=weights, threads=1)
+    want = np.fromfile(out, dtype="<f4").reshape(len(tokens), m.vocab)
+    got = m.logits(np.array(tokens, dtype=np.int32))
+    assert got.shape == want.shape and got.dtype == np.float32
+    np.testing.assert_array_equal(got, want)
+    # 2 threads split the same sums differently: equal to float rounding
+    np.testing.assert_allclose(vwt.Model(model_dir, weights=weights, threads=2).logits(tokens), want, rtol=1e-5, atol=1e-5)
+
+
+def test_generation_equals_the_cli_and_repeats_by_seed(model_dir):
+    options = dict(max_new=24, temperature=0.9, top_k=40, top_p=0.95, seed=7)
+    want = json.loads(cli("generate", "--model", str(model_dir), "--prompt", "To be, or", "--json", "--max-new", "24",
+                          "--temperature", "0.9", "--top-k", "40", "--top-p", "0.95", "--seed", "7"))
+    m = vwt.Model(model_dir)
+    ids = m.generate("To be, or", **options)
+    assert ids == want["tokens"]
+    assert m.generate("To be, or", **options) == ids
+    assert m.generate("To be, or", **dict(options, seed=8)) != ids
+    assert m.text(ids) == want["text"]
+    greedy = m.generate([84, 111], max_new=10, temperature=0)
+    logits = m.logits([84, 111] + greedy[:-1])
+    assert greedy == [int(np.argmax(row)) for row in logits[1:]]
+
+
+def test_streaming_and_callbacks(model_dir):
+    m = vwt.Model(model_dir)
+    ids = m.generate("abc", max_new=16, seed=3)
+    assert list(m.stream("abc", max_new=16, seed=3)) == ids
+    seen = []
+    stopped = m.generate("abc", max_new=16, seed=3, on_token=lambda t: (seen.append(t), len(seen) < 5)[1])
+    assert stopped == ids[:5] and seen == ids[:5]
+    first = next(iter(m.stream("abc", max_new=16, seed=3)))  # an abandoned stream stops its worker
+    assert first == ids[0]
+
+    def boom(t):
+        raise KeyError("from the callback")
+    with pytest.raises(KeyError, match="from the callback"):
+        m.generate("abc", max_new=4, on_token=boom)
+
+
+def test_bad_input_raises(model_dir, tmp_path):
+    m = vwt.Model(model_dir)
+    with pytest.raises(vwt.Error, match=r"token 300 at position 1 is outside the vocabulary \[0, 258\)"):
+        m.logits([1, 300])
+    with pytest.raises(vwt.Error, match="token -1"):
+        m.generate([-1], max_new=2)
+    with pytest.raises(vwt.Error, match="no tokens"):
+        m.logits([])
+    with pytest.raises(vwt.Error, match="exceed the model's context of 256"):
+        m.generate("x" * 250, max_new=10)
+    with pytest.raises(vwt.Error, match="temperature"):
+        m.generate("x", temperature=-1)
+    with pytest.raises(vwt.Error, match="1-D sequence of integer ids"):
+        m.logits(np.zeros((2, 2), dtype=np.int32))
+    with pytest.raises(vwt.Error, match="unknown format 'q4'"):
+        vwt.Model(model_dir, weights="q4")
+    with pytest.raises(vwt.Error, match="threads must be >= 1"):
+        vwt.Model(model_dir, threads=0)
+    with pytest.raises(vwt.Error, match="does not exist"):
+        vwt.Model(tmp_path / "missing")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{ not json")
+    with pytest.raises(vwt.Error, match="config.json"):
+        vwt.Model(broken)
