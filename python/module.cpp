@@ -6,6 +6,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/function.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -19,6 +20,7 @@
 #include <vwt/vwt.hpp>
 
 #include "vwt/schedule_flags.hpp"
+#include "vwt/training_setup.hpp"
 
 namespace nb = nanobind;
 
@@ -84,6 +86,81 @@ std::string info_json(const nb::dict& options, int flops_context, const std::str
     in.model = flags_of(options).build(in.name, in.base_width);
     in.options = {flops_context, dtype_bytes("kv_dtype", kv_dtype), dtype_bytes("weight_dtype", weight_dtype)};
     return vwt::report::schedule_report_json(in).dump();
+}
+
+// `vwt train` from Python: the options are the command line's flags (schedule and training, dashes
+// as underscores); on_step gets each step's report as a dict and may return False to stop (the run
+// then ends as if killed: its last checkpoint stays). Returns the summary of `vwt train --json`.
+nb::dict train_run(const nb::dict& options, int threads, bool resume, const std::function<bool(nb::dict)>& on_step) {
+    if (threads < 1) vwt::detail::fail("threads must be >= 1, got ", threads);
+    vwt::cli::training_flags f;
+    nb::dict schedule_options;
+    for (const auto& item : options) {
+        const std::string name = nb::cast<std::string>(item.first);
+        const nb::handle value = item.second;
+        if (value.is_none()) continue;
+        try {
+            if (name == "data") f.data = nb::cast<std::string>(nb::str(value));
+            else if (name == "out") f.out = nb::cast<std::string>(nb::str(value));
+            else if (name == "format") f.format = nb::cast<std::string>(value);
+            else if (name == "decay") f.decay = nb::cast<std::string>(value);
+            else if (name == "max_shard_size") f.max_shard = nb::cast<std::string>(nb::str(value));
+            else if (name == "tokenizer") f.tokenizer = nb::cast<std::string>(nb::str(value));
+            else if (name == "steps") f.steps = nb::cast<std::int64_t>(value);
+            else if (name == "warmup") f.warmup = nb::cast<std::int64_t>(value);
+            else if (name == "batch") f.batch = nb::cast<int>(value);
+            else if (name == "seq") f.seq = nb::cast<int>(value);
+            else if (name == "accumulate") f.accumulate = nb::cast<int>(value);
+            else if (name == "lr") f.lr = nb::cast<double>(value);
+            else if (name == "clip") f.clip = nb::cast<double>(value);
+            else if (name == "validation") f.validation = nb::cast<double>(value);
+            else if (name == "seed") f.seed = nb::cast<std::uint64_t>(value);
+            else if (name == "eval_every") f.eval_every = nb::cast<std::int64_t>(value);
+            else if (name == "checkpoint_every") f.checkpoint_every = nb::cast<std::int64_t>(value);
+            else if (name == "standard") f.standard = nb::cast<bool>(value);
+            else schedule_options[item.first] = value;
+        } catch (const nb::cast_error&) {
+            vwt::detail::fail("train: option '", name, "' has the wrong type (", nb::cast<std::string>(nb::str(value.type())), ")");
+        }
+    }
+    if (f.data.empty()) vwt::detail::fail("train: no data file");
+    if (f.out.empty()) vwt::detail::fail("train: no output directory");
+    f.schedule = flags_of(schedule_options);
+    struct stop_requested {};
+    nb::dict summary;
+    {
+        nb::gil_scoped_release unlocked;
+        auto setup = vwt::cli::prepare_training(f, false);
+        std::filesystem::create_directories(f.out);
+        const vwt::cpu::context ctx{threads};
+        vwt::train::trainer<f32_policy> tr(ctx, setup.config, setup.params, std::move(setup.data), setup.options);
+        if (resume) tr.resume();
+        double last_loss = -1, last_validation = -1;
+        try {
+            tr.run([&](const vwt::train::step_report& r) {
+                last_loss = r.loss;
+                if (r.validation_loss >= 0) last_validation = r.validation_loss;
+                if (!on_step) return;
+                nb::gil_scoped_acquire locked;
+                nb::dict d;
+                d["step"] = r.step;
+                d["loss"] = r.loss;
+                d["lr"] = r.lr;
+                d["grad_norm"] = r.grad_norm;
+                d["tokens_per_s"] = r.tokens_per_second;
+                if (r.validation_loss >= 0) d["val_loss"] = r.validation_loss;
+                if (!on_step(d)) throw stop_requested{};
+            });
+        } catch (const stop_requested&) {
+        }
+        nb::gil_scoped_acquire locked;
+        summary["model"] = setup.name;
+        summary["step"] = tr.step();
+        summary["checkpoint"] = (std::filesystem::path(f.out) / vwt::train::checkpoint_name(tr.step())).string();
+        summary["loss"] = last_loss;
+        if (last_validation >= 0) summary["val_loss"] = last_validation;
+    }
+    return summary;
 }
 
 // A tokenizer: the model directory's tokenizer.json, else bytes (ids 0-255; specials decode to nothing).
@@ -220,6 +297,9 @@ NB_MODULE(_vwt, m) {
 
     m.def("info_json", &info_json, nb::arg("options"), nb::arg("flops_context") = 0, nb::arg("kv_dtype") = "bf16",
           nb::arg("weight_dtype") = "bf16", "`vwt info --json` for the schedule options, as a JSON string");
+
+    m.def("train", &train_run, nb::arg("options"), nb::arg("threads") = 1, nb::arg("resume") = false, nb::arg("on_step").none() = nb::none(),
+          "`vwt train` with the options of its flags; returns its --json summary");
 
     nb::class_<tokenizer>(m, "Tokenizer")
         .def("encode", &tokenizer::encode, nb::arg("text"))

@@ -127,3 +127,63 @@ def test_bad_input_raises(model_dir, tmp_path):
     (broken / "config.json").write_text("{ not json")
     with pytest.raises(vwt.Error, match="config.json"):
         vwt.Model(broken)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    words = ["the", "king", "of", "fair", "verona", "speaks", "and", "rome", "answers", "in", "kind", "words"]
+    rng = np.random.default_rng(0)
+    text = " ".join(words[i] for i in rng.integers(0, len(words), 6000)) + "\n"
+    path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
+    path.write_text(text)
+    return path
+
+
+RUN = dict(steps=8, batch=4, seq=32, checkpoint_every=4, eval_every=4, seed=5, lr=3e-3)
+
+
+def weights_of(run_dir, step):
+    return (run_dir / f"step-{step:08d}" / "model.safetensors").read_bytes()
+
+
+def test_training_equals_the_cli(corpus, tmp_path):
+    flags = []
+    for key, value in RUN.items():
+        flags += ["--" + key.replace("_", "-"), str(value)]
+    want = json.loads(cli("train", "--preset", "tiny_l6", "--data", str(corpus), "--out", str(tmp_path / "cli"), "--threads", "1",
+                          "--quiet", "--json", *flags))
+    steps = []
+    got = vwt.train(corpus, tmp_path / "py", "tiny_l6", on_step=steps.append, **RUN)
+    assert [r["step"] for r in steps] == list(range(1, 9))
+    assert [("val_loss" in r) for r in steps] == [s % 4 == 0 for s in range(1, 9)]
+    assert got["step"] == want["step"] == 8 and got["model"] == want["model"]
+    assert got["loss"] == want["loss"] and got["val_loss"] == want["val_loss"]
+    assert weights_of(tmp_path / "py", 8) == weights_of(tmp_path / "cli", 8)
+    assert vwt.Model(tmp_path / "py").directory.endswith("step-00000008")
+
+
+def test_training_stopped_and_resumed_is_bit_exact(corpus, tmp_path):
+    whole = vwt.train(corpus, tmp_path / "whole", "tiny_l6", **RUN)
+    stopped = vwt.train(corpus, tmp_path / "parts", "tiny_l6", on_step=lambda r: r["step"] < 6, **RUN)
+    assert stopped["step"] == 6  # stopped after step 6; its last checkpoint is step 4
+    assert (tmp_path / "parts" / "LATEST").read_text().strip() == "step-00000004"
+    resumed = []
+    end = vwt.train(corpus, tmp_path / "parts", "tiny_l6", resume=True, on_step=resumed.append, **RUN)
+    assert [r["step"] for r in resumed] == [5, 6, 7, 8]
+    assert end["loss"] == whole["loss"] and end["val_loss"] == whole["val_loss"]
+    assert weights_of(tmp_path / "parts", 8) == weights_of(tmp_path / "whole", 8)
+    assert (tmp_path / "parts" / "step-00000008" / "optimizer.safetensors").read_bytes() == \
+        (tmp_path / "whole" / "step-00000008" / "optimizer.safetensors").read_bytes()
+
+
+def test_training_errors(corpus, tmp_path):
+    with pytest.raises(vwt.Error, match="--seq: 999 is above the model's context"):
+        vwt.train(corpus, tmp_path / "a", "tiny_l6", seq=999)
+    with pytest.raises(vwt.Error, match="option 'steps' has the wrong type"):
+        vwt.train(corpus, tmp_path / "a", "tiny_l6", steps="many")
+    with pytest.raises(vwt.Error, match="missing.txt"):
+        vwt.train(tmp_path / "missing.txt", tmp_path / "a", "tiny_l6", steps=2)
+    with pytest.raises(vwt.Error, match="no checkpoint"):
+        vwt.train(corpus, tmp_path / "fresh", "tiny_l6", resume=True, steps=2)
+    with pytest.raises(ZeroDivisionError):
+        vwt.train(corpus, tmp_path / "b", "tiny_l6", steps=2, on_step=lambda r: 1 / 0)

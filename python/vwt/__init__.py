@@ -1,9 +1,9 @@
 """vwt: Variable-Width Transformers (><formers) from Python.
 
 A thin layer over the C++ library (the nanobind module vwt._vwt): width schedules and their
-costs (the numbers of ``vwt info --json``), models loaded from a directory (config.json +
-safetensors) in f32, bf16 or q8 weights, logits as NumPy arrays, and sampled generation with a
-streaming iterator. Compute releases the GIL; the library's errors raise ``vwt.Error`` (a
+costs (the numbers of ``vwt info --json``), training runs (``vwt train``) with a per-step
+callback, models loaded from a directory (config.json + safetensors) in f32, bf16 or q8 weights,
+logits as NumPy arrays, and sampled generation with a streaming iterator. Compute releases the GIL; the library's errors raise ``vwt.Error`` (a
 ValueError) with its message.
 """
 from __future__ import annotations
@@ -117,4 +117,19 @@ class Model:
         return self.tokenizer.decode(list(ids)).decode("utf-8", errors="replace")
 
 
-__all__ = ["Error", "Model", "Tokenizer", "info", "schedule", "__version__"]
+def train(data, out, preset: Optional[str] = None, *, threads: int = 1, resume: bool = False,
+          on_step: Optional[Callable[[dict], Optional[bool]]] = None, **options) -> dict:
+    """Trains a model as `vwt train` does: ``data`` a corpus file, ``out`` the run directory (its
+    checkpoints; Model(out) loads the newest), ``options`` the command line's flags with underscores
+    (steps, batch, seq, accumulate, lr, decay, warmup, clip, validation, seed, eval_every,
+    checkpoint_every, max_shard_size, tokenizer, format, standard, and the schedule's: layers,
+    hidden, shape, ...). on_step(report) gets each step's dict (step, loss, lr, grad_norm,
+    tokens_per_s, val_loss when evaluated); returning False stops the run there, keeping its last
+    checkpoint, which resume=True continues from. Returns the summary of `vwt train --json`."""
+    callback = None
+    if on_step is not None:
+        callback = lambda report: on_step(report) is not False  # noqa: E731
+    return _vwt.train(dict(options, data=data, out=out, preset=preset), threads, resume, callback)
+
+
+__all__ = ["Error", "Model", "Tokenizer", "info", "schedule", "train", "__version__"]

@@ -32,25 +32,6 @@ model<B> load(const std::string& dir, const typename B::context& ctx) {
 
 }  // namespace
 
-std::uint64_t parse_shard_size(const std::string& flag, const std::string& text) {
-    if (text.empty() || text == "0") return 0;
-    std::size_t used = 0;
-    double number = 0;
-    try {
-        number = std::stod(text, &used);
-    } catch (const std::exception&) {
-        detail::fail(flag, ": '", text, "' is not a size (e.g. 500MB, 2GB, 1GiB)");
-    }
-    const std::string unit = text.substr(used);
-    static const std::map<std::string, double> units = {{"", 1},         {"B", 1},           {"KB", 1e3},        {"MB", 1e6},
-                                                        {"GB", 1e9},     {"KiB", 1024.0},    {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
-    const auto it = units.find(unit);
-    if (it == units.end()) detail::fail(flag, ": unknown unit '", unit, "' in '", text, "' (B, KB, MB, GB, KiB, MiB, GiB)");
-    const double bytes = number * it->second;
-    if (!(bytes >= 1) || bytes > 1e18) detail::fail(flag, ": '", text, "' is not a positive size");
-    return static_cast<std::uint64_t>(bytes);
-}
-
 void add_model_commands(CLI::App& app) {
     {
         struct options {

@@ -8,21 +8,9 @@
 #include <vwt/vwt.hpp>
 
 #include "commands.hpp"
-#include "progress.hpp"
+#include "training_setup.hpp"
 
 namespace vwt::cli {
-
-std::vector<int> tokenize_text(const io::bpe_tokenizer& tok, std::string_view text, bool progress) {
-    const auto start = std::chrono::steady_clock::now();
-    progress_display display(!progress);
-    return io::encode_in_pieces(tok, text, [&](std::size_t done) {
-        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        char line[96];
-        std::snprintf(line, sizeof line, " %.1f / %.1f MB, %.1f MB/s", static_cast<double>(done) / 1e6, static_cast<double>(text.size()) / 1e6,
-                      static_cast<double>(done) / 1e6 / std::max(seconds, 1e-9));
-        display.update(progress_bar(static_cast<double>(done), static_cast<double>(text.size())) + line, done == text.size());
-    });
-}
 
 void add_tokenize_command(CLI::App& app) {
     struct options {

@@ -28,6 +28,7 @@
 #include "progress.hpp"
 #include "device_flags.hpp"
 #include "schedule_flags.hpp"
+#include "training_setup.hpp"
 
 namespace vwt::cli {
 
@@ -119,43 +120,37 @@ std::string model_dir(const std::string& dir) {
 void add_train_commands(CLI::App& app) {
     {
         struct options {
-            schedule_flags schedule;
-            std::string data, out, format = "text", decay = "cosine", max_shard = "0", tokenizer;
-            std::int64_t steps = 200, warmup = -1;
-            int batch = 8, seq = 128, accumulate = 1;
+            training_flags run;
             device_flags device;
-            double lr = 3e-3, clip = 1.0, validation = 0.1;
-            std::uint64_t seed = 0;
-            std::int64_t eval_every = 50, checkpoint_every = 100;
-            bool resume = false, standard = false, quiet = false, json = false;
+            bool resume = false, quiet = false, json = false;
             int ranks = 1;
         };
         auto o = std::make_shared<options>();
         auto* cmd = app.add_subcommand("train", "train a model on a corpus (byte-level text or a token file)");
-        o->schedule.add_to(*cmd);
-        cmd->add_option("--data", o->data, "corpus file")->required();
-        cmd->add_option("--format", o->format, "text (UTF-8 bytes), u16 or u32 (little-endian token ids)");
-        cmd->add_option("--tokenizer", o->tokenizer,
+        o->run.schedule.add_to(*cmd);
+        cmd->add_option("--data", o->run.data, "corpus file")->required();
+        cmd->add_option("--format", o->run.format, "text (UTF-8 bytes), u16 or u32 (little-endian token ids)");
+        cmd->add_option("--tokenizer", o->run.tokenizer,
                         "tokenizer.json (byte-level BPE) for a text corpus: the model's vocabulary is its ids, and checkpoints carry it");
-        cmd->add_option("--steps", o->steps, "optimizer steps");
-        cmd->add_option("--batch", o->batch, "sequences per micro-batch; a step is --batch x --accumulate sequences, whatever the ranks");
-        cmd->add_option("--accumulate", o->accumulate, "micro-batches per step (gradient accumulation)");
+        cmd->add_option("--steps", o->run.steps, "optimizer steps");
+        cmd->add_option("--batch", o->run.batch, "sequences per micro-batch; a step is --batch x --accumulate sequences, whatever the ranks");
+        cmd->add_option("--accumulate", o->run.accumulate, "micro-batches per step (gradient accumulation)");
         cmd->add_option("--ranks", o->ranks,
                         "data-parallel processes: starts this command under `mpirun -np N` (or run it under mpirun yourself)");
-        cmd->add_option("--seq", o->seq, "sequence length");
-        cmd->add_option("--lr", o->lr, "peak learning rate");
-        cmd->add_option("--decay", o->decay, "cosine, constant or power");
-        cmd->add_option("--warmup", o->warmup, "warmup steps (default 8% of --steps)");
-        cmd->add_option("--clip", o->clip, "gradient clipping by global norm (0: off)");
-        cmd->add_option("--validation", o->validation, "fraction of the corpus held out at its end");
-        cmd->add_option("--seed", o->seed, "initialisation and data-order seed");
+        cmd->add_option("--seq", o->run.seq, "sequence length");
+        cmd->add_option("--lr", o->run.lr, "peak learning rate");
+        cmd->add_option("--decay", o->run.decay, "cosine, constant or power");
+        cmd->add_option("--warmup", o->run.warmup, "warmup steps (default 8% of --steps)");
+        cmd->add_option("--clip", o->run.clip, "gradient clipping by global norm (0: off)");
+        cmd->add_option("--validation", o->run.validation, "fraction of the corpus held out at its end");
+        cmd->add_option("--seed", o->run.seed, "initialisation and data-order seed");
         o->device.add_to(*cmd);
-        cmd->add_option("--eval-every", o->eval_every, "steps between validation losses");
-        cmd->add_option("--checkpoint-every", o->checkpoint_every, "steps between checkpoints");
-        cmd->add_option("--out", o->out, "output directory (checkpoints, log.jsonl)")->required();
-        cmd->add_option("--max-shard-size", o->max_shard, "checkpoint weights in shards of at most this size (e.g. 2GB); 0: one file");
+        cmd->add_option("--eval-every", o->run.eval_every, "steps between validation losses");
+        cmd->add_option("--checkpoint-every", o->run.checkpoint_every, "steps between checkpoints");
+        cmd->add_option("--out", o->run.out, "output directory (checkpoints, log.jsonl)")->required();
+        cmd->add_option("--max-shard-size", o->run.max_shard, "checkpoint weights in shards of at most this size (e.g. 2GB); 0: one file");
         cmd->add_flag("--resume", o->resume, "continue from the latest checkpoint in --out");
-        cmd->add_flag("--standard", o->standard, "standard parametrisation instead of muP");
+        cmd->add_flag("--standard", o->run.standard, "standard parametrisation instead of muP");
         cmd->add_flag("--quiet", o->quiet, "no progress on stderr (on a terminal a bar, else a line every 10 s)");
         cmd->add_flag("--json", o->json, "print the final summary as JSON");
         cmd->callback([o] {
@@ -175,52 +170,13 @@ void add_train_commands(CLI::App& app) {
 #else
             if (o->ranks > 1) detail::fail("--ranks: this vwt was built without MPI (vwt::mpi; install libopenmpi-dev and rebuild)");
 #endif
-            std::string name;
-            int base = 0;
-            std::optional<io::bpe_tokenizer> tok;
-            if (!o->tokenizer.empty()) {
-                tok.emplace(io::bpe_tokenizer::from_file(o->tokenizer));
-                if (o->format != "text") detail::fail("--tokenizer: tokenizes a text corpus (--format text), not --format ", o->format);
-                if (o->schedule.vocab && *o->schedule.vocab < tok->vocab_size())
-                    detail::fail("--vocab ", *o->schedule.vocab, " is smaller than the tokenizer's ", tok->vocab_size(), " ids");
-                if (!o->schedule.vocab) o->schedule.vocab = tok->vocab_size();
-            }
-            auto s = o->schedule.build(name, base);
-            if (o->seq > s.dims.context)
-                detail::fail("--seq: ", o->seq, " is above the model's context of ", s.dims.context);
-            if (o->steps < 1) detail::fail("--steps: must be at least 1");
-            auto c = byte_level_config(std::move(s), o->standard);
-            std::vector<int> tokens;
-            if (tok) {
-                // the tokenizer's end of text, if it has one, is the model's bos, eos and pad
-                c.bos_token_id = c.eos_token_id = c.pad_token_id = tok->token_id("<|endoftext|>").value_or(-1);
-                const io::mapped_file text(o->data);
-                const auto bytes = text.bytes();
-                tokens = tokenize_text(*tok, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), !o->quiet);
-            } else {
-                tokens = train::read_tokens(o->data, parse_token_format(o->format), c.schedule.dims.vocab);
-            }
-            train::window_loader data(std::move(tokens), o->seq, o->validation, o->seed, o->data);
-            std::vector<float> params;
-            initialize_parameters(c, parameter_layout(c), o->seed, params);
-            train::train_options t;
-            t.steps = o->steps;
-            t.batch = o->batch;
-            t.accumulate = o->accumulate;
-            t.clip = o->clip;
-            t.eval_every = o->eval_every;
-            t.checkpoint_every = o->checkpoint_every;
-            t.out = o->out;
-            t.max_shard_bytes = parse_shard_size("--max-shard-size", o->max_shard);
-            t.tokenizer = o->tokenizer;
-            const auto warmup = o->warmup >= 0 ? o->warmup : std::max<std::int64_t>(1, o->steps * 8 / 100);
-            const auto decay = o->decay == "cosine" ? train::lr_decay::cosine
-                               : o->decay == "constant" ? train::lr_decay::constant
-                               : o->decay == "power" ? train::lr_decay::power
-                                                     : (detail::fail("--decay: unknown schedule '", o->decay, "'"), train::lr_decay::constant);
-            t.lr = {decay, o->lr, warmup, o->steps, o->lr / 10};
-            if (decay == train::lr_decay::power) t.lr.tokens_per_step = static_cast<double>(o->batch) * o->accumulate * o->seq;
-            std::filesystem::create_directories(o->out);
+            auto setup = prepare_training(o->run, !o->quiet);
+            const auto& name = setup.name;
+            const auto& c = setup.config;
+            const auto& params = setup.params;
+            const auto& t = setup.options;
+            auto& data = setup.data;
+            std::filesystem::create_directories(o->run.out);
             try {
             o->device.run([&]<class B>(const typename B::context& ctx) {
                 std::unique_ptr<train::communicator<B>> comm;
@@ -238,7 +194,7 @@ void add_train_commands(CLI::App& app) {
 #endif
                 train::trainer<B> tr(ctx, c, params, std::move(data), t, comm.get());
                 const bool lead = !comm || comm->rank() == 0;  // rank 0 logs and prints
-                const auto log_path = std::filesystem::path(o->out) / "log.jsonl";
+                const auto log_path = std::filesystem::path(o->run.out) / "log.jsonl";
                 if (o->resume) {
                     tr.resume();
                     if (lead) truncate_log(log_path, tr.step());
@@ -266,10 +222,10 @@ void add_train_commands(CLI::App& app) {
                     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
                     const double per_step = elapsed / static_cast<double>(r.step - first);
                     std::ostringstream line;
-                    line << progress_bar(static_cast<double>(r.step), static_cast<double>(o->steps)) << " step " << r.step << "/" << o->steps
+                    line << progress_bar(static_cast<double>(r.step), static_cast<double>(o->run.steps)) << " step " << r.step << "/" << o->run.steps
                          << " loss " << r.loss << (r.aux_loss >= 0 ? " aux " + std::to_string(r.aux_loss) : std::string()) << " "
-                         << static_cast<long>(r.tokens_per_second) << " tok/s ETA " << eta(per_step * static_cast<double>(o->steps - r.step));
-                    progress.update(line.str(), r.step == o->steps);
+                         << static_cast<long>(r.tokens_per_second) << " tok/s ETA " << eta(per_step * static_cast<double>(o->run.steps - r.step));
+                    progress.update(line.str(), r.step == o->run.steps);
                     last_loss = r.loss;
                     if (r.validation_loss >= 0) {
                         last_validation = r.validation_loss;
@@ -279,7 +235,7 @@ void add_train_commands(CLI::App& app) {
                     }
             });
             progress.finish();
-            const auto checkpoint = (std::filesystem::path(o->out) / train::checkpoint_name(tr.step())).string();
+            const auto checkpoint = (std::filesystem::path(o->run.out) / train::checkpoint_name(tr.step())).string();
             if (lead && o->json) {
                 nlohmann::ordered_json j = {{"model", name}, {"step", tr.step()}, {"checkpoint", checkpoint}, {"loss", last_loss}};
                 if (last_validation >= 0) j["val_loss"] = last_validation;

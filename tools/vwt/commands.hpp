@@ -14,11 +14,6 @@ class bpe_tokenizer;
 }
 
 namespace vwt::cli {
-// A --max-shard-size: bytes, or a number with KB, MB, GB (powers of 1000, as save_pretrained reads
-// them) or KiB, MiB, GiB; "0" or empty: no sharding.
-std::uint64_t parse_shard_size(const std::string& flag, const std::string& text);
-// A text's token ids, in pieces, with a progress bar on stderr when `progress` (cmd_tokenize.cpp).
-std::vector<int> tokenize_text(const io::bpe_tokenizer& tok, std::string_view text, bool progress);
 
 // A --model argument: a model directory, or a training run's output directory, whose LATEST names
 // its newest checkpoint (that checkpoint's directory is returned). model_dir_help describes it.

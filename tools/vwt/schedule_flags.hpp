@@ -38,6 +38,10 @@ struct schedule_flags {
 // tokenizer's special ids (bos 256, eos/pad 257, clamped into a smaller vocabulary).
 model_config byte_level_config(dynamic_schedule s, bool standard);
 
+// A --max-shard-size: bytes, or a number with KB, MB, GB (powers of 1000, as save_pretrained reads
+// them) or KiB, MiB, GiB; "0" or empty: no sharding.
+std::uint64_t parse_shard_size(const std::string& flag, const std::string& text);
+
 // --format: text (UTF-8 bytes), u16 or u32 (little-endian token ids).
 train::token_file parse_token_format(const std::string& name);
 
