@@ -1,12 +1,15 @@
 """The Python package against the command line (an independent front end over the same files):
 info and schedules equal `vwt info --json`, logits equal `vwt logits`, generation equals
-`vwt generate --json` and is reproducible by seed, streaming yields the same tokens, and bad
-input raises vwt.Error naming what was wrong.
+`vwt generate --json` and is reproducible by seed, streaming yields the same tokens, training
+equals `vwt train` and resumes bit-exactly, compute releases the GIL, and bad input raises
+vwt.Error naming what was wrong.
 
 Run by scripts/test.sh with VWT_CLI set to the built `vwt` binary."""
 import json
 import os
 import subprocess
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -187,3 +190,26 @@ def test_training_errors(corpus, tmp_path):
         vwt.train(corpus, tmp_path / "fresh", "tiny_l6", resume=True, steps=2)
     with pytest.raises(ZeroDivisionError):
         vwt.train(corpus, tmp_path / "b", "tiny_l6", steps=2, on_step=lambda r: 1 / 0)
+
+
+def test_compute_releases_the_gil(tmp_path):
+    wide = tmp_path / "wide"
+    cli("init", "--layers", "4", "--hidden", "512", "--heads", "8", "--vocab", "258", "--shape", "uniform", "--out", str(wide))
+    m = vwt.Model(wide)
+    tokens = list(range(256))
+    call = 1e9
+    for _ in range(2):
+        start = time.perf_counter()
+        m.logits(tokens)
+        call = min(call, time.perf_counter() - start)
+    assert call > 0.01, f"the work ({call:.3f} s) is too short to tell"
+    worker = threading.Thread(target=m.logits, args=(tokens,))
+    last, longest = time.perf_counter(), 0.0
+    worker.start()  # returns once the worker runs: at once if it lets go of the GIL, after the call if not
+    while True:  # pure Python: held off while the worker holds the GIL
+        now = time.perf_counter()
+        longest, last = max(longest, now - last), now
+        if not worker.is_alive():
+            break
+    worker.join()
+    assert longest < call / 2, f"the main thread stalled {longest:.3f} s during a {call:.3f} s call: the GIL was held"
