@@ -27,6 +27,8 @@ packages=(
   libopenblas0-pthread  # an optimised BLAS for PyTorch, whose Debian build otherwise uses the reference BLAS
   libopenblas-dev libdnnl-dev  # the library GEMM baselines of bench/bench_inference
   pkg-config            # the package test builds a consumer from the installed vwt.pc
+  libcpp-httplib-dev    # `vwt serve` (the tool builds without it, lacking that command)
+  curl                  # a client of `vwt serve` in tests/server
   libopenmpi-dev openmpi-bin  # vwt::mpi: data-parallel training (mpirun)
   bible-kjv             # the demo's corpus: the King James Version (public domain), printed by `bible`
 )
@@ -60,6 +62,8 @@ fi
 # --no-build-isolation . in scripts/test.sh builds with these
 "$venv/bin/python" -c "import nanobind, scikit_build_core, numpy, pytest" 2>/dev/null ||
   "$venv/bin/pip" install --quiet "nanobind>=2.0,<3" "scikit-build-core>=0.10,<2" "numpy>=1.22" "pytest>=7"
+# The OpenAI client, a real client of `vwt serve` in tests/server
+"$venv/bin/python" -c "import openai" 2>/dev/null || "$venv/bin/pip" install --quiet "openai>=1.0,<3"
 # Conan 2, for the offline `conan create` of the recipe (tests/packaging/conan_create.sh)
 [ -x "$venv/bin/conan" ] || "$venv/bin/pip" install --quiet "conan>=2.0,<3"
 echo "setup: $("$venv/bin/conan" --version)"

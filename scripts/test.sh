@@ -36,6 +36,9 @@ done
 echo "=== Python package"
 build-venv/bin/pip install --quiet --no-build-isolation .
 VWT_CLI="$PWD/build-test-g++/tools/vwt" build-venv/bin/python -m pytest -q python/tests
+# `vwt serve` with real clients (the openai package, curl) and a 200-request load run
+echo "=== vwt serve"
+VWT_CLI="$PWD/build-test-g++/tools/vwt" build-venv/bin/python -m pytest -q -s tests/server
 
 # The file-reading code and the model under AddressSanitizer and UndefinedBehaviorSanitizer (without
 # MPI: Open MPI's own allocations at exit would read as leaks).

@@ -19,6 +19,9 @@ int main(int argc, char** argv) {
     vwt::cli::add_tokenize_command(app);
     vwt::cli::add_compare_command(app);
     vwt::cli::add_bench_command(app);
+#if defined(VWT_CLI_WITH_SERVE)
+    vwt::cli::add_serve_command(app);
+#endif
     auto* help = app.add_subcommand("help", "print the commands, or one command's flags (vwt help COMMAND)");
     std::string help_topic;
     help->add_option("command", help_topic, "the command to describe");

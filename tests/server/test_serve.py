@@ -1,0 +1,228 @@
+"""`vwt serve` with real clients on 127.0.0.1: the PyPI openai client (completions, chat, streaming),
+curl, a malformed-request corpus (4xx, never a crash), client disconnects (the slot is freed), the
+bounded queue (503), and a load run of 200 requests from 16 concurrent clients whose every response
+is checked (throughput and p50/p99 latency printed, and written to $VWT_SERVE_REPORT if set).
+
+Run by scripts/test.sh: VWT_CLI is the built `vwt` binary."""
+import concurrent.futures
+import http.client
+import json
+import os
+import socket
+import subprocess
+import time
+
+import openai
+import pytest
+
+CLI = os.environ.get("VWT_CLI", "")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(model, *flags):
+    port = free_port()
+    proc = subprocess.Popen([CLI, "serve", "--model", str(model), "--port", str(port), *flags],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            status, _ = request(port, "GET", "/health")
+            if status == 200:
+                return proc, port
+        except OSError:
+            time.sleep(0.1)
+        if proc.poll() is not None:
+            raise RuntimeError("vwt serve exited: " + proc.stdout.read())
+    proc.kill()
+    raise RuntimeError("vwt serve did not answer /health")
+
+
+def stop(proc):
+    proc.terminate()
+    assert proc.wait(timeout=20) == 0, proc.stdout.read()
+
+
+def request(port, method, path, body=None, raw=None):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    payload = raw if raw is not None else (json.dumps(body) if body is not None else None)
+    c.request(method, path, body=payload, headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, data
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    if not CLI:
+        pytest.fail("set VWT_CLI to the vwt binary (scripts/test.sh does)")
+    out = tmp_path_factory.mktemp("serve") / "tiny"
+    subprocess.run([CLI, "init", "--preset", "tiny_l6", "--seed", "11", "--out", str(out)], check=True, capture_output=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def server(model):
+    proc, port = start(model, "--slots", "4", "--queue", "64", "--threads", "1")
+    yield port
+    stop(proc)
+
+
+def generate_cli(model, prompt, **flags):
+    args = [CLI, "generate", "--model", str(model), "--prompt", prompt, "--json"]
+    for k, v in flags.items():
+        args += ["--" + k.replace("_", "-"), str(v)]
+    return json.loads(subprocess.run(args, check=True, capture_output=True, text=True).stdout)
+
+
+def test_openai_completions_equal_vwt_generate(model, server):
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{server}/v1", api_key="none")
+    want = generate_cli(model, "To be, or", max_new=20, temperature=0.9, top_p=0.95, seed=7)
+    got = client.completions.create(model="tiny", prompt="To be, or", max_tokens=20, temperature=0.9, top_p=0.95, seed=7)
+    assert got.choices[0].text == want["text"]
+    assert got.usage.prompt_tokens == want["prompt_tokens"] and got.usage.completion_tokens == len(want["tokens"])
+    assert got.choices[0].finish_reason in ("length", "stop")
+    streamed = client.completions.create(model="tiny", prompt="To be, or", max_tokens=20, temperature=0.9, top_p=0.95, seed=7,
+                                         stream=True)
+    assert "".join(chunk.choices[0].text for chunk in streamed if chunk.choices) == want["text"]
+    assert [m.id for m in client.models.list().data] == ["tiny"]
+
+
+def test_openai_chat_streamed_equals_not_streamed(server):
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{server}/v1", api_key="none")
+    messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hi"}]
+    whole = client.chat.completions.create(model="tiny", messages=messages, max_tokens=24, seed=3)
+    assert whole.choices[0].message.role == "assistant"
+    assert whole.usage.completion_tokens >= 1
+    pieces = []
+    for chunk in client.chat.completions.create(model="tiny", messages=messages, max_tokens=24, seed=3, stream=True):
+        if chunk.choices and chunk.choices[0].delta.content:
+            pieces.append(chunk.choices[0].delta.content)
+    assert "".join(pieces) == whole.choices[0].message.content
+
+
+def test_curl(server):
+    out = subprocess.run(["curl", "-sS", "--fail-with-body", f"http://127.0.0.1:{server}/v1/completions", "-H",
+                          "Content-Type: application/json", "-d", '{"prompt": [84, 111, 32], "max_tokens": 5, "temperature": 0}'],
+                         check=True, capture_output=True, text=True).stdout
+    j = json.loads(out)
+    assert j["object"] == "text_completion" and j["usage"]["completion_tokens"] == 5 and len(j["tokens"]) == 5
+    metrics = subprocess.run(["curl", "-sS", f"http://127.0.0.1:{server}/metrics"], check=True, capture_output=True, text=True).stdout
+    assert "vwt_generated_tokens_total" in metrics and "vwt_slots 4" in metrics
+
+
+MALFORMED = [
+    ("POST", "/v1/completions", "{not json", 400),
+    ("POST", "/v1/completions", "[1, 2]", 400),
+    ("POST", "/v1/completions", "{}", 400),
+    ("POST", "/v1/completions", '{"prompt": 5}', 400),
+    ("POST", "/v1/completions", '{"prompt": []}', 400),
+    ("POST", "/v1/completions", '{"prompt": ""}', 400),
+    ("POST", "/v1/completions", '{"prompt": [1, 999999]}', 400),
+    ("POST", "/v1/completions", '{"prompt": "a", "max_tokens": 0}', 400),
+    ("POST", "/v1/completions", '{"prompt": "a", "max_tokens": -3}', 400),
+    ("POST", "/v1/completions", '{"prompt": "a", "max_tokens": 100000}', 400),
+    ("POST", "/v1/completions", '{"prompt": "a", "max_tokens": "ten"}', 400),
+    ("POST", "/v1/completions", '{"prompt": "a", "temperature": -1}', 400),
+    ("POST", "/v1/completions", '{"prompt": "a", "top_p": 2}', 400),
+    ("POST", "/v1/completions", '{"prompt": "a", "n": 3}', 400),
+    ("POST", "/v1/completions", '{"prompt": "a", "stream": "yes"}', 400),
+    ("POST", "/v1/completions", json.dumps({"prompt": "x" * 300}), 400),
+    ("POST", "/v1/chat/completions", '{"messages": []}', 400),
+    ("POST", "/v1/chat/completions", '{"messages": [{"role": "wizard", "content": "x"}]}', 400),
+    ("POST", "/v1/chat/completions", '{"messages": [{"role": "user"}]}', 400),
+    ("POST", "/v1/chat/completions", '{"messages": "hello"}', 400),
+    ("POST", "/v1/completions", "\x00\xff\xfe", 400),
+    ("POST", "/v1/completions", "{" * 5000, 400),
+    ("GET", "/v1/completions", None, 404),
+    ("GET", "/nope", None, 404),
+    ("POST", "/v1/completions", "x" * (2 << 20), 413),
+]
+
+
+@pytest.mark.parametrize("method,path,body,status", MALFORMED)
+def test_malformed_requests_get_4xx(server, method, path, body, status):
+    got, data = request(server, method, path, raw=body)
+    assert got == status, data
+    if got != 413:
+        assert "error" in json.loads(data)
+    assert request(server, "GET", "/health")[0] == 200
+
+
+def metric(port, name):
+    _, data = request(port, "GET", "/metrics")
+    for line in data.decode().splitlines():
+        if line.startswith(name + " "):
+            return int(line.split()[1])
+    raise KeyError(name)
+
+
+def test_a_client_that_goes_away_frees_its_slot(tmp_path):
+    wide = tmp_path / "wide"  # slow enough (~3 ms a token) that 240 tokens outlast the disconnect
+    subprocess.run([CLI, "init", "--layers", "4", "--hidden", "512", "--heads", "8", "--vocab", "258", "--shape", "uniform",
+                    "--out", str(wide)], check=True, capture_output=True)
+    proc, port = start(wide, "--slots", "2", "--threads", "1")
+    try:
+        s = socket.create_connection(("127.0.0.1", port))
+        body = json.dumps({"prompt": "abc", "max_tokens": 240, "stream": True})
+        s.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+                  f"{body}".encode())
+        received = b""
+        while b"data:" not in received:  # the headers, then the first event
+            chunk = s.recv(4096)
+            assert chunk, received
+            received += chunk
+        s.close()
+        deadline = time.time() + 10
+        while time.time() < deadline and (metric(port, "vwt_requests_cancelled_total") == 0 or metric(port, "vwt_slots_busy") > 0):
+            time.sleep(0.05)
+        assert metric(port, "vwt_requests_cancelled_total") == 1
+        assert metric(port, "vwt_slots_busy") == 0
+        assert metric(port, "vwt_generated_tokens_total") < 240  # stopped early
+    finally:
+        stop(proc)
+
+
+def test_a_full_queue_answers_503(model):
+    proc, port = start(model, "--slots", "1", "--queue", "1", "--threads", "1")
+    try:
+        body = {"prompt": "abc", "max_tokens": 200}
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            statuses = list(pool.map(lambda _: request(port, "POST", "/v1/completions", body)[0], range(8)))
+        assert statuses.count(200) >= 2 and statuses.count(503) >= 1 and set(statuses) <= {200, 503}, statuses
+        assert metric(port, "vwt_requests_rejected_total") == statuses.count(503)
+    finally:
+        stop(proc)
+
+
+def test_load_200_requests_from_16_clients(server):
+    def one(i):
+        start = time.perf_counter()
+        status, data = request(server, "POST", "/v1/completions",
+                               {"prompt": f"request {i}: ", "max_tokens": 32, "temperature": 0.8, "seed": i})
+        seconds = time.perf_counter() - start
+        assert status == 200, data
+        j = json.loads(data)
+        usage = j["usage"]
+        assert usage["completion_tokens"] == len(j["tokens"]) and 1 <= usage["completion_tokens"] <= 32
+        reason = j["choices"][0]["finish_reason"]  # "stop": the end-of-text token, possibly as the 32nd
+        assert reason == "stop" or (reason == "length" and usage["completion_tokens"] == 32), j
+        return seconds, usage["completion_tokens"]
+    start = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(one, range(200)))
+    wall = time.perf_counter() - start
+    latencies = sorted(r[0] for r in results)
+    tokens = sum(r[1] for r in results)
+    report = {"requests": 200, "clients": 16, "slots": 4, "seconds": wall, "requests_per_s": 200 / wall,
+              "tokens_per_s": tokens / wall, "p50_ms": 1000 * latencies[99], "p99_ms": 1000 * latencies[197]}
+    print("\nload:", json.dumps(report))
+    if os.environ.get("VWT_SERVE_REPORT"):
+        with open(os.environ["VWT_SERVE_REPORT"], "w") as f:
+            json.dump(report, f, indent=2)
+    assert metric(server, "vwt_slots_busy") == 0

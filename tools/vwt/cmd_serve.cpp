@@ -1,0 +1,394 @@
+// `vwt serve`: an OpenAI-compatible HTTP server over the decode engine (serve_engine.hpp), on
+// Debian's cpp-httplib (a maintained, packaged HTTP/1.1 server with chunked responses for
+// server-sent events and a thread pool; llama.cpp's server is built on the same library).
+// Endpoints: POST /v1/completions and /v1/chat/completions (streamed as server-sent events when
+// "stream" is true), GET /v1/models, /health and /metrics (Prometheus text).
+#include <csignal>
+#include <ctime>
+#include <iostream>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+#include <pthread.h>
+
+#include <vwt/io/bpe_tokenizer.hpp>
+#include <vwt/vwt.hpp>
+
+#include "commands.hpp"
+#include "device_flags.hpp"
+#include "serve_engine.hpp"
+
+// after Eigen (through vwt): the headers httplib pulls in define macros that Eigen's names collide with
+#include <httplib.h>
+
+namespace vwt::cli {
+
+namespace {
+
+using json = nlohmann::json;
+
+// A 4xx answer: the request was wrong, and `message` says how.
+struct bad_request {
+    int status;
+    std::string message;
+};
+
+void send_error(httplib::Response& res, int status, const std::string& message) {
+    const char* type = status == 503 ? "server_overloaded" : status >= 500 ? "server_error" : "invalid_request_error";
+    res.status = status;
+    res.set_content(json{{"error", {{"message", message}, {"type", type}, {"code", status}}}}.dump(), "application/json");
+}
+
+// The model's tokenizer (tokenizer.json, else bytes) and text decoding that emits whole UTF-8
+// characters only, so that every streamed piece is valid JSON text.
+class text_codec {
+public:
+    text_codec(const std::filesystem::path& dir, int vocab) : bytes_(vocab) {
+        if (const auto file = dir / "tokenizer.json"; std::filesystem::exists(file)) bpe_.emplace(io::bpe_tokenizer::from_file(file));
+    }
+    std::vector<int> encode(const std::string& text) const { return bpe_ ? bpe_->encode(text) : bytes_.encode(text); }
+    class stream {
+    public:
+        explicit stream(const text_codec& c) : codec_(&c) {}
+        std::string push(int id) {
+            if (codec_->bpe_) pending_ += codec_->bpe_->bytes_of(id);
+            else codec_->bytes_.append(pending_, id);
+            std::size_t keep = 0;  // an incomplete UTF-8 character at the end waits for its other bytes
+            for (std::size_t back = 1; back <= std::min<std::size_t>(3, pending_.size()); ++back) {
+                const auto c = static_cast<unsigned char>(pending_[pending_.size() - back]);
+                if ((c & 0xC0) == 0x80) continue;
+                const std::size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+                if (need > back) keep = back;
+                break;
+            }
+            std::string out = pending_.substr(0, pending_.size() - keep);
+            pending_.erase(0, pending_.size() - keep);
+            return out;
+        }
+        std::string finish() { return std::exchange(pending_, {}); }
+
+    private:
+        const text_codec* codec_;
+        std::string pending_;
+    };
+
+private:
+    io::byte_tokenizer bytes_;
+    std::optional<io::bpe_tokenizer> bpe_;
+};
+
+struct server_options {
+    std::string model, host = "127.0.0.1", name;
+    int port = 8080, slots = 4, queue = 64, max_prompt = 0, max_tokens = 0, http_threads = 0;
+    device_flags device;
+};
+
+// JSON text that is valid UTF-8 whatever the bytes (a byte-level model may emit any).
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+template <class B>
+class server {
+public:
+    server(const server_options& o, const model<B>& m, const typename B::context& ctx)
+        : o_(o), model_(m), codec_(o.model, m.vocab()),
+          context_(m.schedule().dims.context),
+          max_prompt_(o.max_prompt > 0 ? std::min(o.max_prompt, context_ - 1) : context_ - 1),
+          max_tokens_(o.max_tokens > 0 ? o.max_tokens : context_),
+          engine_(m, ctx, o.slots, o.queue, max_prompt_, o.device.kv_dtype()) {
+        if (o.max_prompt < 0 || o.max_tokens < 0) detail::fail("--max-prompt and --max-tokens: must be >= 0");
+        name_ = o.name.empty() ? std::filesystem::path(o.model).filename().string() : o.name;
+        if (name_.empty()) name_ = "vwt";
+        const int threads = o.http_threads > 0 ? o.http_threads : o.slots + 8;
+        http_.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<std::size_t>(threads)); };
+        http_.set_payload_max_length(1 << 20);
+        http_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+            res.set_content(dump({{"status", "ok"}, {"slots", engine_.slots()}}), "application/json");
+        });
+        http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+            res.set_content(dump({{"object", "list"},
+                                  {"data", json::array({{{"id", name_}, {"object", "model"}, {"created", started_}, {"owned_by", "vwt"},
+                                                         {"context_length", context_}}})}}),
+                            "application/json");
+        });
+        http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { res.set_content(metrics(), "text/plain; version=0.0.4"); });
+        http_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { handle(req, res, false); });
+        http_.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { handle(req, res, true); });
+        http_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+            if (!res.body.empty()) return;  // a handler's own error
+            const int status = res.status;
+            send_error(res, status, status == 404 ? "no route " + req.method + " " + req.path : "HTTP status " + std::to_string(status));
+        });
+        http_.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr e) {
+            std::string what = "internal error";
+            try {
+                std::rethrow_exception(e);
+            } catch (const std::exception& x) {
+                what = x.what();
+            } catch (...) {
+            }
+            send_error(res, 500, what);
+        });
+    }
+
+    // Serves until stop() (from another thread).
+    void listen() {
+        if (!http_.bind_to_port(o_.host, o_.port)) detail::fail("--port: cannot listen on ", o_.host, ":", o_.port);
+        std::cout << "vwt serve: " << name_ << " on http://" << o_.host << ":" << o_.port << " (" << engine_.slots() << " slots, queue "
+                  << o_.queue << ", prompts up to " << max_prompt_ << " tokens)" << std::endl;
+        http_.listen_after_bind();
+    }
+    void stop() { http_.stop(); }
+
+private:
+    // The request's fields, checked; throws bad_request.
+    std::shared_ptr<serve_request> parse(const json& body, bool chat) {
+        if (!body.is_object()) throw bad_request{400, "the body must be a JSON object"};
+        const auto number = [&](const char* key, double fallback, double lo, double hi) {
+            if (!body.contains(key) || body[key].is_null()) return fallback;
+            if (!body[key].is_number()) throw bad_request{400, std::string("'") + key + "' must be a number"};
+            const double v = body[key].get<double>();
+            if (!(v >= lo && v <= hi)) throw bad_request{400, std::string("'") + key + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]"};
+            return v;
+        };
+        const auto integer = [&](const char* key, long long fallback, long long lo, long long hi) {
+            if (!body.contains(key) || body[key].is_null()) return fallback;
+            if (!body[key].is_number_integer()) throw bad_request{400, std::string("'") + key + "' must be an integer"};
+            const auto v = body[key].get<long long>();
+            if (v < lo || v > hi) throw bad_request{400, std::string("'") + key + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]"};
+            return v;
+        };
+        if (integer("n", 1, 1, 1) != 1) throw bad_request{400, "'n' must be 1"};
+        auto r = std::make_shared<serve_request>();
+        std::string text;
+        if (chat) {
+            if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
+                throw bad_request{400, "'messages' must be a non-empty array"};
+            // The chat template (the models here are not instruction-tuned): "role: content" lines,
+            // then "assistant:" for the reply.
+            for (const auto& m : body["messages"]) {
+                if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") || !m["content"].is_string())
+                    throw bad_request{400, "each message must be an object with string 'role' and 'content'"};
+                const auto role = m["role"].get<std::string>();
+                if (role != "system" && role != "user" && role != "assistant")
+                    throw bad_request{400, "message role '" + role + "' (system, user, assistant)"};
+                text += role + ": " + m["content"].get<std::string>() + "\n";
+            }
+            text += "assistant:";
+        } else {
+            if (!body.contains("prompt")) throw bad_request{400, "'prompt' is missing"};
+            const auto& p = body["prompt"];
+            if (p.is_string()) {
+                text = p.get<std::string>();
+            } else if (p.is_array() && !p.empty() && std::all_of(p.begin(), p.end(), [](const json& t) { return t.is_number_integer(); })) {
+                for (const auto& t : p) {
+                    const auto id = t.get<long long>();
+                    if (id < 0 || id >= model_.vocab())
+                        throw bad_request{400, "prompt token " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(model_.vocab()) + ")"};
+                    r->prompt.push_back(static_cast<int>(id));
+                }
+            } else {
+                throw bad_request{400, "'prompt' must be a string or a non-empty array of token ids"};
+            }
+        }
+        if (r->prompt.empty()) r->prompt = codec_.encode(text);
+        if (r->prompt.empty()) throw bad_request{400, "the prompt is empty"};
+        if (static_cast<int>(r->prompt.size()) > max_prompt_)
+            throw bad_request{400, "the prompt has " + std::to_string(r->prompt.size()) + " tokens; this server takes at most " + std::to_string(max_prompt_)};
+        const long long room = context_ - static_cast<long long>(r->prompt.size());
+        const long long cap = std::min<long long>(max_tokens_, room);
+        r->max_tokens = static_cast<int>(integer(chat && body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens",
+                                                 std::min<long long>(chat ? cap : 16, cap), 1, std::numeric_limits<int>::max()));
+        if (r->max_tokens > cap)
+            throw bad_request{400, "max_tokens " + std::to_string(r->max_tokens) + " with a prompt of " + std::to_string(r->prompt.size()) +
+                                       " tokens: at most " + std::to_string(cap) + " (context " + std::to_string(context_) + ", --max-tokens " +
+                                       std::to_string(max_tokens_) + ")"};
+        r->sampling.temperature = number("temperature", 1.0, 0.0, 100.0);
+        r->sampling.top_p = number("top_p", 1.0, 0.0, 1.0);
+        r->sampling.top_k = static_cast<int>(integer("top_k", 0, 0, model_.vocab()));
+        r->sampling.min_p = number("min_p", 0.0, 0.0, 1.0);
+        r->sampling.repetition_penalty = number("repeat_penalty", 1.0, 0.0, 100.0);
+        r->sampling.repetition_window = static_cast<int>(integer("repeat_last_n", 64, 0, context_));
+        try {
+            r->sampling.validate();
+        } catch (const error& e) {
+            throw bad_request{400, e.what()};
+        }
+        r->seed = static_cast<std::uint64_t>(integer("seed", 0, std::numeric_limits<long long>::min(), std::numeric_limits<long long>::max()));
+        if (body.contains("stream") && !body["stream"].is_boolean()) throw bad_request{400, "'stream' must be true or false"};
+        if (model_.config().eos_token_id >= 0) r->stop_tokens = {model_.config().eos_token_id};
+        return r;
+    }
+
+    json choice_chunk(bool chat, const std::string& text, const json& finish, bool first) const {
+        json c = {{"index", 0}};
+        if (chat) {
+            json delta = json::object();
+            if (first) delta["role"] = "assistant";
+            if (!text.empty() || !first) delta["content"] = text;
+            c["delta"] = delta;
+        } else {
+            c["text"] = text;
+            c["logprobs"] = nullptr;
+        }
+        c["finish_reason"] = finish;
+        return c;
+    }
+
+    void handle(const httplib::Request& req, httplib::Response& res, bool chat) {
+        json body = json::parse(req.body, nullptr, false);
+        if (body.is_discarded()) return send_error(res, 400, "the body is not valid JSON");
+        std::shared_ptr<serve_request> r;
+        try {
+            r = parse(body, chat);
+        } catch (const bad_request& e) {
+            return send_error(res, e.status, e.message);
+        }
+        if (!engine_.submit(r)) return send_error(res, 503, "the queue is full; try again later");
+        const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(++next_id_);
+        const json head = {{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", std::time(nullptr)}, {"model", name_}};
+        const auto prompt_tokens = static_cast<int>(r->prompt.size());
+        if (body.value("stream", false)) {
+            auto text = std::make_shared<text_codec::stream>(codec_);
+            auto first = std::make_shared<bool>(true);
+            res.set_header("Cache-Control", "no-cache");
+            res.set_chunked_content_provider(
+                "text/event-stream",
+                [this, r, text, first, head, chat, prompt_tokens](std::size_t, httplib::DataSink& sink) {
+                    const auto send = [&](const json& j) {
+                        const std::string event = "data: " + dump(j) + "\n\n";
+                        return sink.write(event.data(), event.size());
+                    };
+                    if (!sink.is_writable()) {
+                        r->cancelled = true;
+                        return false;
+                    }
+                    std::string piece;
+                    for (int t : r->take(std::chrono::milliseconds(50)))
+                        if (std::find(r->stop_tokens.begin(), r->stop_tokens.end(), t) == r->stop_tokens.end()) piece += text->push(t);
+                    const bool finished = r->finished();
+                    if (finished) piece += text->finish();
+                    if (!piece.empty() || (*first && chat)) {
+                        json j = head;
+                        j["choices"] = json::array({choice_chunk(chat, piece, nullptr, *first)});
+                        *first = false;
+                        if (!send(j)) {
+                            r->cancelled = true;
+                            return false;
+                        }
+                    }
+                    if (finished) {
+                        json j = head;
+                        j["choices"] = json::array({choice_chunk(chat, "", r->finish_reason == "stop" ? "stop" : "length", false)});
+                        if (chat) j["choices"][0]["delta"] = json::object();
+                        j["usage"] = {{"prompt_tokens", prompt_tokens}, {"completion_tokens", r->completion_tokens},
+                                      {"total_tokens", prompt_tokens + r->completion_tokens}};
+                        const std::string done = "data: [DONE]\n\n";
+                        if (!send(j) || !sink.write(done.data(), done.size())) return false;
+                        sink.done();
+                    }
+                    return true;
+                },
+                [r](bool success) {
+                    if (!success) r->cancelled = true;  // the client went away: free the slot
+                });
+            return;
+        }
+        std::vector<int> tokens;
+        while (!r->finished())
+            for (int t : r->take(std::chrono::milliseconds(200))) tokens.push_back(t);
+        if (r->finish_reason == "error") return send_error(res, 500, r->error);
+        text_codec::stream text(codec_);
+        std::string out;
+        for (int t : tokens)
+            if (std::find(r->stop_tokens.begin(), r->stop_tokens.end(), t) == r->stop_tokens.end()) out += text.push(t);
+        out += text.finish();
+        json j = head;
+        j["object"] = chat ? "chat.completion" : "text_completion";
+        json c = {{"index", 0}, {"finish_reason", r->finish_reason == "stop" ? "stop" : "length"}};
+        if (chat) c["message"] = {{"role", "assistant"}, {"content", out}};
+        else c["text"] = out, c["logprobs"] = nullptr;
+        j["choices"] = json::array({c});
+        j["usage"] = {{"prompt_tokens", prompt_tokens}, {"completion_tokens", r->completion_tokens},
+                      {"total_tokens", prompt_tokens + r->completion_tokens}};
+        j["tokens"] = tokens;  // vwt's extension: the completion's token ids
+        res.set_content(dump(j), "application/json");
+    }
+
+    std::string metrics() const {
+        const auto& c = engine_.counters();
+        std::string out;
+        const auto line = [&](const char* name, const char* type, const char* help, long long value) {
+            out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " + std::to_string(value) + "\n";
+        };
+        line("vwt_requests_total", "counter", "requests accepted into the queue", c.requests);
+        line("vwt_requests_rejected_total", "counter", "requests refused with 503 (queue full)", c.rejected);
+        line("vwt_requests_cancelled_total", "counter", "requests whose client went away before the end", c.cancelled);
+        line("vwt_prompt_tokens_total", "counter", "prompt tokens prefilled", c.prompt_tokens);
+        line("vwt_generated_tokens_total", "counter", "tokens sampled", c.generated_tokens);
+        line("vwt_decode_steps_total", "counter", "batched forward steps", c.steps);
+        line("vwt_slots_busy", "gauge", "slots decoding a request", c.busy_slots);
+        line("vwt_slots", "gauge", "slots", engine_.slots());
+        line("vwt_queue_depth", "gauge", "requests waiting for a slot", c.queued);
+        return out;
+    }
+
+    const server_options& o_;
+    const model<B>& model_;
+    text_codec codec_;
+    int context_, max_prompt_, max_tokens_;
+    std::string name_;
+    std::time_t started_ = std::time(nullptr);
+    std::atomic<std::int64_t> next_id_{0};
+    serve_engine<B> engine_;
+    httplib::Server http_;
+};
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+    auto o = std::make_shared<server_options>();
+    auto* cmd = app.add_subcommand("serve", "serve a model over an OpenAI-compatible HTTP API (completions, chat, streaming)");
+    cmd->add_option("--model", o->model, model_dir_help)->required();
+    cmd->add_option("--host", o->host, "address to listen on");
+    cmd->add_option("--port", o->port, "port to listen on");
+    cmd->add_option("--slots", o->slots, "requests decoded together (continuous batching)");
+    cmd->add_option("--queue", o->queue, "requests that may wait for a slot; more get 503");
+    cmd->add_option("--max-prompt", o->max_prompt, "longest prompt in tokens (0: the context - 1)");
+    cmd->add_option("--max-tokens", o->max_tokens, "most tokens a request may ask for (0: up to the context)");
+    cmd->add_option("--http-threads", o->http_threads, "HTTP worker threads (0: slots + 8)");
+    cmd->add_option("--name", o->name, "the model's id in the API (default: the directory's name)");
+    o->device.add_to(*cmd);
+    o->device.add_weights_to(*cmd);
+    o->device.add_kv_to(*cmd);
+    cmd->callback([o] {
+        if (o->port < 1 || o->port > 65535) detail::fail("--port: must be in 1..65535, got ", o->port);
+        o->model = model_dir(o->model);
+        // SIGINT and SIGTERM end the server from a thread of their own (no handler, no global state)
+        sigset_t signals;
+        sigemptyset(&signals);
+        sigaddset(&signals, SIGINT);
+        sigaddset(&signals, SIGTERM);
+        pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+        o->device.run_inference([&]<class B>(const typename B::context& ctx) {
+            const auto m = io::load_model<B>(o->model, ctx, [](const std::string& w) { std::cerr << "vwt: warning: " << w << '\n'; });
+            server<B> s(*o, m, ctx);
+            std::thread waiter([&] {
+                int which = 0;
+                sigwait(&signals, &which);
+                s.stop();
+            });
+            std::exception_ptr failure;
+            try {
+                s.listen();
+            } catch (...) {
+                failure = std::current_exception();
+            }
+            pthread_kill(waiter.native_handle(), SIGTERM);  // if listen() ended otherwise: release the waiter
+            waiter.join();
+            if (failure) std::rethrow_exception(failure);
+            std::cout << "vwt serve: stopped" << std::endl;
+        });
+    });
+}
+
+}  // namespace vwt::cli
