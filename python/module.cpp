@@ -14,11 +14,11 @@
 #include <optional>
 #include <variant>
 
-#include <vwt/io/bpe_tokenizer.hpp>
 #include <vwt/report/schedule_report.hpp>
 #include <vwt/train/trainer.hpp>
 #include <vwt/vwt.hpp>
 
+#include "vwt/model_text.hpp"
 #include "vwt/schedule_flags.hpp"
 #include "vwt/training_setup.hpp"
 
@@ -163,25 +163,6 @@ nb::dict train_run(const nb::dict& options, int threads, bool resume, const std:
     return summary;
 }
 
-// A tokenizer: the model directory's tokenizer.json, else bytes (ids 0-255; specials decode to nothing).
-class tokenizer {
-public:
-    tokenizer(const std::filesystem::path& dir, int vocab) : bytes_(vocab) {
-        if (const auto file = dir / "tokenizer.json"; std::filesystem::exists(file)) {
-            bpe_.emplace(vwt::io::bpe_tokenizer::from_file(file));
-            if (bpe_->vocab_size() > vocab)
-                vwt::detail::fail(file.string(), ": ", bpe_->vocab_size(), " ids, more than the model's vocabulary of ", vocab);
-        }
-    }
-    std::vector<int> encode(const std::string& text) const { return bpe_ ? bpe_->encode(text) : bytes_.encode(text); }
-    std::string decode(const std::vector<int>& ids) const { return bpe_ ? bpe_->decode(ids) : bytes_.decode(ids); }
-    std::string kind() const { return bpe_ ? "bpe" : "bytes"; }
-
-private:
-    vwt::io::byte_tokenizer bytes_;
-    std::optional<vwt::io::bpe_tokenizer> bpe_;
-};
-
 // A loaded model in one of the CPU policy's weight formats, with the context every call runs on.
 class py_model {
 public:
@@ -213,7 +194,7 @@ public:
     const std::vector<int>& widths() const { return widths_; }
     int eos() const { return eos_; }
     std::string directory() const { return dir_.string(); }
-    const tokenizer& tokens() const { return *tokenizer_; }
+    const vwt::cli::model_text& tokens() const { return *tokenizer_; }
 
     // float32 logits [T x V] of every position of the tokens, in a NumPy array that owns them.
     nb::ndarray<nb::numpy, float, nb::ndim<2>> logits(const std::vector<int>& tokens) const {
@@ -268,7 +249,7 @@ private:
     std::filesystem::path dir_;
     int vocab_ = 0, context_ = 0, eos_ = -1;
     std::vector<int> widths_;
-    std::optional<tokenizer> tokenizer_;
+    std::optional<vwt::cli::model_text> tokenizer_;
 
     template <class F>
     void visit(F&& f) const {
@@ -301,11 +282,11 @@ NB_MODULE(_vwt, m) {
     m.def("train", &train_run, nb::arg("options"), nb::arg("threads") = 1, nb::arg("resume") = false, nb::arg("on_step").none() = nb::none(),
           "`vwt train` with the options of its flags; returns its --json summary");
 
-    nb::class_<tokenizer>(m, "Tokenizer")
-        .def("encode", &tokenizer::encode, nb::arg("text"))
-        .def("decode", [](const tokenizer& t, const std::vector<int>& ids) { const auto s = t.decode(ids); return nb::bytes(s.data(), s.size()); },
+    nb::class_<vwt::cli::model_text>(m, "Tokenizer")
+        .def("encode", [](const vwt::cli::model_text& t, const std::string& text) { return t.encode(text); }, nb::arg("text"))
+        .def("decode", [](const vwt::cli::model_text& t, const std::vector<int>& ids) { const auto s = t.decode(ids); return nb::bytes(s.data(), s.size()); },
              nb::arg("ids"), "the bytes of the ids (a byte-level model may end inside a UTF-8 character)")
-        .def_prop_ro("kind", &tokenizer::kind);
+        .def_prop_ro("kind", [](const vwt::cli::model_text& t) { return t.bpe() ? "bpe" : "bytes"; });
 
     nb::class_<py_model>(m, "Model")
         .def(nb::init<const std::string&, const std::string&, int, const std::string&>(), nb::arg("directory"), nb::arg("weights") = "f32",

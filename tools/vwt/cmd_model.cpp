@@ -6,11 +6,11 @@
 #include <iostream>
 #include <map>
 
-#include <vwt/io/bpe_tokenizer.hpp>
 #include <vwt/vwt.hpp>
 
 #include "commands.hpp"
 #include "device_flags.hpp"
+#include "model_text.hpp"
 #include "schedule_flags.hpp"
 
 namespace vwt::cli {
@@ -101,17 +101,9 @@ void add_model_commands(CLI::App& app) {
             o->model = model_dir(o->model);  // a run's LATEST checkpoint: its weights and its tokenizer.json
             o->device.run_inference([&]<class B>(const typename B::context& ctx) {
             const auto m = load<B>(o->model, ctx);
-            const io::byte_tokenizer tok(m.vocab());
-            // the model directory's tokenizer.json if it has one, else bytes
-            std::optional<io::bpe_tokenizer> bpe;
-            if (const auto file = std::filesystem::path(o->model) / "tokenizer.json"; std::filesystem::exists(file)) {
-                bpe.emplace(io::bpe_tokenizer::from_file(file));
-                if (bpe->vocab_size() > m.vocab())
-                    detail::fail(file.string(), ": ", bpe->vocab_size(), " ids, more than the model's vocabulary of ", m.vocab());
-            }
-            std::optional<io::bpe_tokenizer::stream_decoder> stream;
-            if (bpe) stream.emplace(*bpe);
-            const auto prompt = bpe ? bpe->encode(o->prompt) : tok.encode(o->prompt);
+            const model_text text_of(o->model, m.vocab());  // the directory's tokenizer.json, else bytes
+            model_text::stream stream(text_of);
+            const auto prompt = text_of.encode(o->prompt);
             if (prompt.empty()) detail::fail("--prompt: empty prompt");
             const auto needed = static_cast<long long>(prompt.size()) + o->max_new;
             if (needed > m.schedule().dims.context)
@@ -124,9 +116,7 @@ void add_model_commands(CLI::App& app) {
             if (m.config().eos_token_id >= 0) g.stop_tokens = {m.config().eos_token_id};
             std::string text;  // the generated text (--json), else streamed as it comes
             g.on_token = [&](int t) {
-                std::string bytes;
-                if (stream) bytes = stream->push(t);  // whole characters only
-                else tok.append(bytes, t);
+                const std::string bytes = stream.push(t);  // whole characters only
                 if (o->json) text += bytes;
                 else std::cout << bytes << std::flush;
                 return true;
@@ -136,7 +126,7 @@ void add_model_commands(CLI::App& app) {
             const auto start = std::chrono::steady_clock::now();
             const auto generated = generate(ctx, s, prompt, g);
             const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-            const std::string tail = stream ? stream->finish() : std::string();
+            const std::string tail = stream.finish();
             if (o->json) {
                 const nlohmann::ordered_json j = {{"prompt", o->prompt},
                                                   {"text", text + tail},

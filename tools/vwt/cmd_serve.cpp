@@ -11,11 +11,11 @@
 #include <nlohmann/json.hpp>
 #include <pthread.h>
 
-#include <vwt/io/bpe_tokenizer.hpp>
 #include <vwt/vwt.hpp>
 
 #include "commands.hpp"
 #include "device_flags.hpp"
+#include "model_text.hpp"
 #include "serve_engine.hpp"
 
 // after Eigen (through vwt): the headers httplib pulls in define macros that Eigen's names collide with
@@ -38,44 +38,6 @@ void send_error(httplib::Response& res, int status, const std::string& message) 
     res.status = status;
     res.set_content(json{{"error", {{"message", message}, {"type", type}, {"code", status}}}}.dump(), "application/json");
 }
-
-// The model's tokenizer (tokenizer.json, else bytes) and text decoding that emits whole UTF-8
-// characters only, so that every streamed piece is valid JSON text.
-class text_codec {
-public:
-    text_codec(const std::filesystem::path& dir, int vocab) : bytes_(vocab) {
-        if (const auto file = dir / "tokenizer.json"; std::filesystem::exists(file)) bpe_.emplace(io::bpe_tokenizer::from_file(file));
-    }
-    std::vector<int> encode(const std::string& text) const { return bpe_ ? bpe_->encode(text) : bytes_.encode(text); }
-    class stream {
-    public:
-        explicit stream(const text_codec& c) : codec_(&c) {}
-        std::string push(int id) {
-            if (codec_->bpe_) pending_ += codec_->bpe_->bytes_of(id);
-            else codec_->bytes_.append(pending_, id);
-            std::size_t keep = 0;  // an incomplete UTF-8 character at the end waits for its other bytes
-            for (std::size_t back = 1; back <= std::min<std::size_t>(3, pending_.size()); ++back) {
-                const auto c = static_cast<unsigned char>(pending_[pending_.size() - back]);
-                if ((c & 0xC0) == 0x80) continue;
-                const std::size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-                if (need > back) keep = back;
-                break;
-            }
-            std::string out = pending_.substr(0, pending_.size() - keep);
-            pending_.erase(0, pending_.size() - keep);
-            return out;
-        }
-        std::string finish() { return std::exchange(pending_, {}); }
-
-    private:
-        const text_codec* codec_;
-        std::string pending_;
-    };
-
-private:
-    io::byte_tokenizer bytes_;
-    std::optional<io::bpe_tokenizer> bpe_;
-};
 
 struct server_options {
     std::string model, host = "127.0.0.1", name;
@@ -248,7 +210,7 @@ private:
         const json head = {{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", std::time(nullptr)}, {"model", name_}};
         const auto prompt_tokens = static_cast<int>(r->prompt.size());
         if (body.value("stream", false)) {
-            auto text = std::make_shared<text_codec::stream>(codec_);
+            auto text = std::make_shared<model_text::stream>(codec_);
             auto first = std::make_shared<bool>(true);
             res.set_header("Cache-Control", "no-cache");
             res.set_chunked_content_provider(
@@ -297,7 +259,7 @@ private:
         while (!r->finished())
             for (int t : r->take(std::chrono::milliseconds(200))) tokens.push_back(t);
         if (r->finish_reason == "error") return send_error(res, 500, r->error);
-        text_codec::stream text(codec_);
+        model_text::stream text(codec_);
         std::string out;
         for (int t : tokens)
             if (std::find(r->stop_tokens.begin(), r->stop_tokens.end(), t) == r->stop_tokens.end()) out += text.push(t);
@@ -334,7 +296,7 @@ private:
 
     const server_options& o_;
     const model<B>& model_;
-    text_codec codec_;
+    model_text codec_;
     int context_, max_prompt_, max_tokens_;
     std::string name_;
     std::time_t started_ = std::time(nullptr);

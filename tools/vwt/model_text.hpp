@@ -1,0 +1,54 @@
+// The text side of a model directory, shared by `vwt generate`, `vwt serve` and the Python
+// package: its tokenizer.json (byte-level BPE) when it has one, else the byte tokenizer; and
+// decoding token by token into whole UTF-8 characters (an incomplete one waits for its bytes).
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <vwt/io/bpe_tokenizer.hpp>
+#include <vwt/io/byte_tokenizer.hpp>
+
+namespace vwt::cli {
+
+class model_text {
+public:
+    model_text(const std::filesystem::path& dir, int vocab) : bytes_(vocab) {
+        if (const auto file = dir / "tokenizer.json"; std::filesystem::exists(file)) {
+            bpe_.emplace(io::bpe_tokenizer::from_file(file));
+            if (bpe_->vocab_size() > vocab)
+                detail::fail(file.string(), ": ", bpe_->vocab_size(), " ids, more than the model's vocabulary of ", vocab);
+        }
+    }
+    bool bpe() const { return bpe_.has_value(); }
+    std::vector<int> encode(std::string_view text) const { return bpe_ ? bpe_->encode(text) : bytes_.encode(text); }
+    std::string decode(const std::vector<int>& ids) const { return bpe_ ? bpe_->decode(ids) : bytes_.decode(ids); }
+
+    class stream {
+    public:
+        explicit stream(const model_text& t) : text_(&t) {}
+        std::string push(int id) {
+            if (text_->bpe_) pending_ += text_->bpe_->bytes_of(id);
+            else text_->bytes_.append(pending_, id);
+            const std::size_t hold = io::bpe_detail::pending_tail(pending_);
+            std::string out = pending_.substr(0, pending_.size() - hold);
+            pending_.erase(0, pending_.size() - hold);
+            return out;
+        }
+        std::string finish() { return std::exchange(pending_, {}); }
+
+    private:
+        const model_text* text_;
+        std::string pending_;
+    };
+
+private:
+    io::byte_tokenizer bytes_;
+    std::optional<io::bpe_tokenizer> bpe_;
+};
+
+}  // namespace vwt::cli
