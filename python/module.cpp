@@ -18,6 +18,7 @@
 #include <vwt/train/trainer.hpp>
 #include <vwt/vwt.hpp>
 
+#include "vwt/compare_run.hpp"
 #include "vwt/model_text.hpp"
 #include "vwt/schedule_flags.hpp"
 #include "vwt/training_setup.hpp"
@@ -163,6 +164,56 @@ nb::dict train_run(const nb::dict& options, int threads, bool resume, const std:
     return summary;
 }
 
+// `vwt compare` from Python: the options are its flags (schedule and run); on_step gets each step
+// of each run ({"model", "seed", "step", "loss"}) and each finished run ({"model", "seed",
+// "final_loss"}). Returns report.json's content as a JSON string (the files are written as well).
+std::string compare_run(const nb::dict& options, int threads, const std::function<void(nb::dict)>& on_step) {
+    if (threads < 1) vwt::detail::fail("threads must be >= 1, got ", threads);
+    vwt::cli::compare_flags f;
+    nb::dict schedule_options;
+    for (const auto& item : options) {
+        const std::string name = nb::cast<std::string>(item.first);
+        const nb::handle value = item.second;
+        if (value.is_none()) continue;
+        try {
+            if (name == "data") f.data = nb::cast<std::string>(nb::str(value));
+            else if (name == "out") f.out = nb::cast<std::string>(nb::str(value));
+            else if (name == "format") f.format = nb::cast<std::string>(value);
+            else if (name == "prompt") f.prompt = nb::cast<std::string>(value);
+            else if (name == "seeds") f.seeds = nb::cast<std::vector<std::uint64_t>>(value);
+            else if (name == "steps") f.steps = nb::cast<std::int64_t>(value);
+            else if (name == "eval_every") f.eval_every = nb::cast<std::int64_t>(value);
+            else if (name == "batch") f.batch = nb::cast<int>(value);
+            else if (name == "seq") f.seq = nb::cast<int>(value);
+            else if (name == "sample_tokens") f.sample_tokens = nb::cast<int>(value);
+            else if (name == "lr") f.lr = nb::cast<double>(value);
+            else if (name == "validation") f.validation = nb::cast<double>(value);
+            else schedule_options[item.first] = value;
+        } catch (const nb::cast_error&) {
+            vwt::detail::fail("compare: option '", name, "' has the wrong type (", nb::cast<std::string>(nb::str(value.type())), ")");
+        }
+    }
+    if (f.data.empty()) vwt::detail::fail("compare: no data file");
+    if (f.out.empty()) vwt::detail::fail("compare: no output directory");
+    f.schedule = flags_of(schedule_options);
+    nb::gil_scoped_release unlocked;
+    const auto written = vwt::cli::run_compare<f32_policy>(vwt::cpu::context{threads}, f, [&](const vwt::experiments::compare_progress& p) {
+        if (!on_step) return;
+        nb::gil_scoped_acquire locked;
+        nb::dict d;
+        d["model"] = vwt::experiments::compared_model_name(p.model);
+        d["seed"] = p.seed;
+        if (p.step) {
+            d["step"] = p.step->step;
+            d["loss"] = p.step->loss;
+        } else {
+            d["final_loss"] = p.finished->final_loss;
+        }
+        on_step(d);
+    });
+    return written.report.dump();
+}
+
 // A loaded model in one of the CPU policy's weight formats, with the context every call runs on.
 class py_model {
 public:
@@ -281,6 +332,9 @@ NB_MODULE(_vwt, m) {
 
     m.def("train", &train_run, nb::arg("options"), nb::arg("threads") = 1, nb::arg("resume") = false, nb::arg("on_step").none() = nb::none(),
           "`vwt train` with the options of its flags; returns its --json summary");
+
+    m.def("compare", &compare_run, nb::arg("options"), nb::arg("threads") = 1, nb::arg("on_step").none() = nb::none(),
+          "`vwt compare` with the options of its flags; returns report.json's content");
 
     nb::class_<vwt::cli::model_text>(m, "Tokenizer")
         .def("encode", [](const vwt::cli::model_text& t, const std::string& text) { return t.encode(text); }, nb::arg("text"))

@@ -213,3 +213,23 @@ def test_compute_releases_the_gil(tmp_path):
             break
     worker.join()
     assert longest < call / 2, f"the main thread stalled {longest:.3f} s during a {call:.3f} s call: the GIL was held"
+
+
+def test_compare_equals_the_cli(corpus, tmp_path):
+    options = dict(seeds=[1, 2], steps=6, batch=4, seq=32, eval_every=3, sample_tokens=8)
+    flags = []
+    for key, value in options.items():
+        flags += ["--" + key.replace("_", "-"), ",".join(map(str, value)) if isinstance(value, list) else str(value)]
+    want = json.loads(cli("compare", "--preset", "tiny_l6", "--data", str(corpus), "--out", str(tmp_path / "cli"), "--threads", "1",
+                          "--quiet", "--json", *flags))
+    seen = []
+    got = vwt.compare(corpus, tmp_path / "py", "tiny_l6", on_step=seen.append, **options)
+    assert got == json.loads((tmp_path / "py" / "report.json").read_text())
+
+    for report in (got, want):  # everything but the data path and the timings
+        report.pop("data")
+        for model in ("xformer", "uniform"):
+            report[model].pop("tokens_per_second")
+    assert got == want
+    assert len([s for s in seen if "step" in s]) == 2 * 2 * 6 and len([s for s in seen if "final_loss" in s]) == 4
+    assert {s["model"] for s in seen} == {"><former", "uniform"}

@@ -132,4 +132,15 @@ def train(data, out, preset: Optional[str] = None, *, threads: int = 1, resume: 
     return _vwt.train(dict(options, data=data, out=out, preset=preset), threads, resume, callback)
 
 
-__all__ = ["Error", "Model", "Tokenizer", "info", "schedule", "train", "__version__"]
+def compare(data, out, preset: Optional[str] = None, *, threads: int = 1,
+            on_step: Optional[Callable[[dict], None]] = None, **options) -> dict:
+    """The ><former against its parameter-matched uniform twin, as `vwt compare` runs it: both
+    trained on ``data`` in the same order for each seed; report.json, report.md and the SVG plots
+    written into ``out``. ``options``: its flags with underscores (seeds, steps, batch, seq, lr,
+    eval_every, validation, prompt, sample_tokens, format, and the schedule's). on_step(report) sees
+    every step ({"model", "seed", "step", "loss"}) and every finished run ({"model", "seed",
+    "final_loss"}). Returns report.json's content."""
+    return json.loads(_vwt.compare(dict(options, data=data, out=out, preset=preset), threads, on_step))
+
+
+__all__ = ["Error", "Model", "Tokenizer", "compare", "info", "schedule", "train", "__version__"]
