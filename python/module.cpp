@@ -31,46 +31,60 @@ using f32_policy = vwt::cpu::backend<float>;
 using bf16_policy = vwt::cpu::backend<float, vwt::bf16>;
 using q8_policy = vwt::cpu::backend<float, vwt::q8_block>;
 
-// The schedule options Python passes (the CLI's flag names, dashes as underscores) as a
-// schedule_flags; an unknown name or a value of the wrong type is an error naming it.
-vwt::cli::schedule_flags flags_of(const nb::dict& options) {
-    vwt::cli::schedule_flags f;
+// Calls set(name, value) for each option that is not None (Python's keywords, dashes as
+// underscores); set returns false for a name it does not take, which goes into the returned dict.
+// A value of the wrong type is an error naming the option, `who` first.
+template <class Set>
+nb::dict take_options(const nb::dict& options, const char* who, Set&& set) {
+    nb::dict rest;
     for (const auto& item : options) {
         const std::string name = nb::cast<std::string>(item.first);
         const nb::handle value = item.second;
         if (value.is_none()) continue;
         try {
-            const auto integer = [&](std::optional<int>& field) { field = nb::cast<int>(value); };
-            const auto real = [&](std::optional<double>& field) { field = nb::cast<double>(value); };
-            if (name == "preset") f.preset = nb::cast<std::string>(value);
-            else if (name == "layers") integer(f.layers);
-            else if (name == "hidden") integer(f.hidden);
-            else if (name == "heads") integer(f.heads);
-            else if (name == "kv_heads") integer(f.kv_heads);
-            else if (name == "vocab") integer(f.vocab);
-            else if (name == "context") integer(f.context);
-            else if (name == "turn") integer(f.turn);
-            else if (name == "quantize") integer(f.quantize);
-            else if (name == "experts") integer(f.experts);
-            else if (name == "experts_per_token") integer(f.experts_per_token);
-            else if (name == "moe_intermediate") integer(f.moe_intermediate);
-            else if (name == "shape") f.shape_name = nb::cast<std::string>(value);
-            else if (name == "bottleneck") real(f.bottleneck);
-            else if (name == "expansion") real(f.expansion);
-            else if (name == "reduction") real(f.reduction);
-            else if (name == "delta") real(f.delta);
-            else if (name == "delta_neg") real(f.delta_neg);
-            else if (name == "duplicate_peak") f.duplicate_peak = nb::cast<bool>(value);
-            else if (name == "asymmetric") f.asymmetric = nb::cast<bool>(value);
-            else if (name == "permute") f.permute = nb::cast<std::string>(value);
-            else if (name == "permute_seed") f.permute_seed = nb::cast<std::uint64_t>(value);
-            else if (name == "permute_all") f.permute_all = nb::cast<bool>(value);
-            else if (name == "widths") f.widths = nb::cast<std::vector<int>>(value);
-            else vwt::detail::fail("schedule: unknown option '", name, "'");
+            if (!set(name, value)) rest[item.first] = value;
         } catch (const nb::cast_error&) {
-            vwt::detail::fail("schedule: option '", name, "' has the wrong type (", nb::cast<std::string>(nb::str(value.type())), ")");
+            vwt::detail::fail(who, ": option '", name, "' has the wrong type (", nb::cast<std::string>(nb::str(value.type())), ")");
         }
     }
+    return rest;
+}
+
+// The schedule options Python passes (the CLI's flag names, dashes as underscores) as a
+// schedule_flags; an unknown name or a value of the wrong type is an error naming it.
+vwt::cli::schedule_flags flags_of(const nb::dict& options) {
+    vwt::cli::schedule_flags f;
+    const nb::dict unknown = take_options(options, "schedule", [&](const std::string& name, nb::handle value) {
+        const auto integer = [&](std::optional<int>& field) { field = nb::cast<int>(value); };
+        const auto real = [&](std::optional<double>& field) { field = nb::cast<double>(value); };
+        if (name == "preset") f.preset = nb::cast<std::string>(value);
+        else if (name == "layers") integer(f.layers);
+        else if (name == "hidden") integer(f.hidden);
+        else if (name == "heads") integer(f.heads);
+        else if (name == "kv_heads") integer(f.kv_heads);
+        else if (name == "vocab") integer(f.vocab);
+        else if (name == "context") integer(f.context);
+        else if (name == "turn") integer(f.turn);
+        else if (name == "quantize") integer(f.quantize);
+        else if (name == "experts") integer(f.experts);
+        else if (name == "experts_per_token") integer(f.experts_per_token);
+        else if (name == "moe_intermediate") integer(f.moe_intermediate);
+        else if (name == "shape") f.shape_name = nb::cast<std::string>(value);
+        else if (name == "bottleneck") real(f.bottleneck);
+        else if (name == "expansion") real(f.expansion);
+        else if (name == "reduction") real(f.reduction);
+        else if (name == "delta") real(f.delta);
+        else if (name == "delta_neg") real(f.delta_neg);
+        else if (name == "duplicate_peak") f.duplicate_peak = nb::cast<bool>(value);
+        else if (name == "asymmetric") f.asymmetric = nb::cast<bool>(value);
+        else if (name == "permute") f.permute = nb::cast<std::string>(value);
+        else if (name == "permute_seed") f.permute_seed = nb::cast<std::uint64_t>(value);
+        else if (name == "permute_all") f.permute_all = nb::cast<bool>(value);
+        else if (name == "widths") f.widths = nb::cast<std::vector<int>>(value);
+        else return false;
+        return true;
+    });
+    for (const auto& item : unknown) vwt::detail::fail("schedule: unknown option '", nb::cast<std::string>(item.first), "'");
     return f;
 }
 
@@ -95,35 +109,28 @@ std::string info_json(const nb::dict& options, int flops_context, const std::str
 nb::dict train_run(const nb::dict& options, int threads, bool resume, const std::function<bool(nb::dict)>& on_step) {
     if (threads < 1) vwt::detail::fail("threads must be >= 1, got ", threads);
     vwt::cli::training_flags f;
-    nb::dict schedule_options;
-    for (const auto& item : options) {
-        const std::string name = nb::cast<std::string>(item.first);
-        const nb::handle value = item.second;
-        if (value.is_none()) continue;
-        try {
-            if (name == "data") f.data = nb::cast<std::string>(nb::str(value));
-            else if (name == "out") f.out = nb::cast<std::string>(nb::str(value));
-            else if (name == "format") f.format = nb::cast<std::string>(value);
-            else if (name == "decay") f.decay = nb::cast<std::string>(value);
-            else if (name == "max_shard_size") f.max_shard = nb::cast<std::string>(nb::str(value));
-            else if (name == "tokenizer") f.tokenizer = nb::cast<std::string>(nb::str(value));
-            else if (name == "steps") f.steps = nb::cast<std::int64_t>(value);
-            else if (name == "warmup") f.warmup = nb::cast<std::int64_t>(value);
-            else if (name == "batch") f.batch = nb::cast<int>(value);
-            else if (name == "seq") f.seq = nb::cast<int>(value);
-            else if (name == "accumulate") f.accumulate = nb::cast<int>(value);
-            else if (name == "lr") f.lr = nb::cast<double>(value);
-            else if (name == "clip") f.clip = nb::cast<double>(value);
-            else if (name == "validation") f.validation = nb::cast<double>(value);
-            else if (name == "seed") f.seed = nb::cast<std::uint64_t>(value);
-            else if (name == "eval_every") f.eval_every = nb::cast<std::int64_t>(value);
-            else if (name == "checkpoint_every") f.checkpoint_every = nb::cast<std::int64_t>(value);
-            else if (name == "standard") f.standard = nb::cast<bool>(value);
-            else schedule_options[item.first] = value;
-        } catch (const nb::cast_error&) {
-            vwt::detail::fail("train: option '", name, "' has the wrong type (", nb::cast<std::string>(nb::str(value.type())), ")");
-        }
-    }
+    const nb::dict schedule_options = take_options(options, "train", [&](const std::string& name, nb::handle value) {
+        if (name == "data") f.data = nb::cast<std::string>(nb::str(value));
+        else if (name == "out") f.out = nb::cast<std::string>(nb::str(value));
+        else if (name == "format") f.format = nb::cast<std::string>(value);
+        else if (name == "decay") f.decay = nb::cast<std::string>(value);
+        else if (name == "max_shard_size") f.max_shard = nb::cast<std::string>(nb::str(value));
+        else if (name == "tokenizer") f.tokenizer = nb::cast<std::string>(nb::str(value));
+        else if (name == "steps") f.steps = nb::cast<std::int64_t>(value);
+        else if (name == "warmup") f.warmup = nb::cast<std::int64_t>(value);
+        else if (name == "batch") f.batch = nb::cast<int>(value);
+        else if (name == "seq") f.seq = nb::cast<int>(value);
+        else if (name == "accumulate") f.accumulate = nb::cast<int>(value);
+        else if (name == "lr") f.lr = nb::cast<double>(value);
+        else if (name == "clip") f.clip = nb::cast<double>(value);
+        else if (name == "validation") f.validation = nb::cast<double>(value);
+        else if (name == "seed") f.seed = nb::cast<std::uint64_t>(value);
+        else if (name == "eval_every") f.eval_every = nb::cast<std::int64_t>(value);
+        else if (name == "checkpoint_every") f.checkpoint_every = nb::cast<std::int64_t>(value);
+        else if (name == "standard") f.standard = nb::cast<bool>(value);
+        else return false;
+        return true;
+    });
     if (f.data.empty()) vwt::detail::fail("train: no data file");
     if (f.out.empty()) vwt::detail::fail("train: no output directory");
     f.schedule = flags_of(schedule_options);
@@ -170,29 +177,22 @@ nb::dict train_run(const nb::dict& options, int threads, bool resume, const std:
 std::string compare_run(const nb::dict& options, int threads, const std::function<void(nb::dict)>& on_step) {
     if (threads < 1) vwt::detail::fail("threads must be >= 1, got ", threads);
     vwt::cli::compare_flags f;
-    nb::dict schedule_options;
-    for (const auto& item : options) {
-        const std::string name = nb::cast<std::string>(item.first);
-        const nb::handle value = item.second;
-        if (value.is_none()) continue;
-        try {
-            if (name == "data") f.data = nb::cast<std::string>(nb::str(value));
-            else if (name == "out") f.out = nb::cast<std::string>(nb::str(value));
-            else if (name == "format") f.format = nb::cast<std::string>(value);
-            else if (name == "prompt") f.prompt = nb::cast<std::string>(value);
-            else if (name == "seeds") f.seeds = nb::cast<std::vector<std::uint64_t>>(value);
-            else if (name == "steps") f.steps = nb::cast<std::int64_t>(value);
-            else if (name == "eval_every") f.eval_every = nb::cast<std::int64_t>(value);
-            else if (name == "batch") f.batch = nb::cast<int>(value);
-            else if (name == "seq") f.seq = nb::cast<int>(value);
-            else if (name == "sample_tokens") f.sample_tokens = nb::cast<int>(value);
-            else if (name == "lr") f.lr = nb::cast<double>(value);
-            else if (name == "validation") f.validation = nb::cast<double>(value);
-            else schedule_options[item.first] = value;
-        } catch (const nb::cast_error&) {
-            vwt::detail::fail("compare: option '", name, "' has the wrong type (", nb::cast<std::string>(nb::str(value.type())), ")");
-        }
-    }
+    const nb::dict schedule_options = take_options(options, "compare", [&](const std::string& name, nb::handle value) {
+        if (name == "data") f.data = nb::cast<std::string>(nb::str(value));
+        else if (name == "out") f.out = nb::cast<std::string>(nb::str(value));
+        else if (name == "format") f.format = nb::cast<std::string>(value);
+        else if (name == "prompt") f.prompt = nb::cast<std::string>(value);
+        else if (name == "seeds") f.seeds = nb::cast<std::vector<std::uint64_t>>(value);
+        else if (name == "steps") f.steps = nb::cast<std::int64_t>(value);
+        else if (name == "eval_every") f.eval_every = nb::cast<std::int64_t>(value);
+        else if (name == "batch") f.batch = nb::cast<int>(value);
+        else if (name == "seq") f.seq = nb::cast<int>(value);
+        else if (name == "sample_tokens") f.sample_tokens = nb::cast<int>(value);
+        else if (name == "lr") f.lr = nb::cast<double>(value);
+        else if (name == "validation") f.validation = nb::cast<double>(value);
+        else return false;
+        return true;
+    });
     if (f.data.empty()) vwt::detail::fail("compare: no data file");
     if (f.out.empty()) vwt::detail::fail("compare: no output directory");
     f.schedule = flags_of(schedule_options);
