@@ -52,6 +52,11 @@ cmake --build "$dir" -j"$jobs" --target io_safetensors io_report io_tokenizer mo
 # infer_allocations replaces malloc itself, which ASan's interceptors own: it runs in the builds above.
 (cd "$dir" && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j"$jobs" \
   -R "^(io_|model_parity|infer_generation|backend_|layers_|train_gradients|reference|cli: )")
+# `vwt serve` under the same sanitizers: the server tests again (malformed requests, disconnects, stop
+# strings, the load run); each server ends by SIGTERM and must exit with 0, which LeakSanitizer
+# turns into a failure on a leak.
+echo "=== vwt serve under ASan + UBSan"
+ASAN_OPTIONS=detect_leaks=1 VWT_CLI="$PWD/$dir/tools/vwt" build-venv/bin/python -m pytest -q tests/server
 
 # The readers of untrusted input under libFuzzer (60 s per target; FUZZ_SECONDS to change).
 echo "=== fuzzing (libFuzzer + ASan + UBSan)"

@@ -3,13 +3,16 @@
 // server-sent events and a thread pool; llama.cpp's server is built on the same library).
 // Endpoints: POST /v1/completions and /v1/chat/completions (streamed as server-sent events when
 // "stream" is true), GET /v1/models, /health and /metrics (Prometheus text).
+#include <cerrno>
 #include <csignal>
 #include <ctime>
 #include <iostream>
 #include <optional>
 
+#include <netdb.h>
 #include <nlohmann/json.hpp>
 #include <pthread.h>
+#include <sys/socket.h>
 
 #include <vwt/vwt.hpp>
 
@@ -47,6 +50,108 @@ struct server_options {
 
 // JSON text that is valid UTF-8 whatever the bytes (a byte-level model may emit any).
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// A completion's text as its tokens arrive: decoded into whole characters and ended by a stop token
+// (which adds no text) or by the first occurrence of a stop string (the text ends before it). A
+// tail that may still grow into a stop string is held back until it cannot.
+class completion_text {
+public:
+    completion_text(const model_text& codec, std::vector<int> stop_tokens, std::vector<std::string> stops)
+        : decoder_(codec), stop_tokens_(std::move(stop_tokens)), stops_(std::move(stops)) {}
+
+    // Takes the next token (none once stopped); returns the text that became final.
+    std::string push(int token) {
+        if (stopped_) return {};
+        ++tokens_;
+        if (std::find(stop_tokens_.begin(), stop_tokens_.end(), token) != stop_tokens_.end()) {
+            stopped_ = true;
+            pending_ += decoder_.finish();
+            return release(true);
+        }
+        pending_ += decoder_.push(token);
+        return release(false);
+    }
+    // After the last token: the rest of the text.
+    std::string finish() {
+        if (stopped_) return {};
+        pending_ += decoder_.finish();
+        return release(true);
+    }
+    bool stopped() const { return stopped_; }
+    int tokens() const { return tokens_; }  // taken, the stopping one included
+
+private:
+    std::string release(bool last) {
+        std::size_t cut = std::string::npos;
+        for (const auto& s : stops_) cut = std::min(cut, pending_.find(s));
+        if (cut != std::string::npos) {
+            stopped_ = true;
+            pending_.resize(cut);
+            return std::exchange(pending_, {});
+        }
+        std::size_t hold = 0;
+        if (!last)
+            for (const auto& s : stops_)
+                for (std::size_t n = std::min(s.size() - 1, pending_.size()); n > hold; --n)
+                    if (pending_.compare(pending_.size() - n, n, s, 0, n) == 0) {
+                        hold = n;
+                        break;
+                    }
+        std::string out = pending_.substr(0, pending_.size() - hold);
+        pending_.erase(0, pending_.size() - hold);
+        return out;
+    }
+
+    model_text::stream decoder_;
+    std::vector<int> stop_tokens_;
+    std::vector<std::string> stops_;
+    std::string pending_;
+    int tokens_ = 0;
+    bool stopped_ = false;
+};
+
+// Whether a request's client is still connected, for the handlers that answer only at the end
+// (httplib 0.11 tells a handler nothing about its connection). The connection's socket is the one
+// whose two addresses are the request's (a TCP connection is unique by them, and its socket stays
+// open while the handler runs); a peek that reads end-of-stream or an error means the client left.
+// Where /proc/self/fd is missing, the client always reads as connected.
+class client_connection {
+public:
+    explicit client_connection(const httplib::Request& req) {
+        std::error_code ec;
+        for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+            int fd = -1;
+            try {
+                fd = std::stoi(entry.path().filename().string());
+            } catch (const std::exception&) {
+                continue;
+            }
+            if (address(fd, false) == std::pair(req.local_addr, req.local_port) &&
+                address(fd, true) == std::pair(req.remote_addr, req.remote_port)) {
+                fd_ = fd;
+                break;
+            }
+        }
+    }
+    bool closed() const {
+        if (fd_ < 0) return false;
+        char byte = 0;
+        const auto n = ::recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+        return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    }
+
+private:
+    static std::pair<std::string, int> address(int fd, bool peer) {
+        sockaddr_storage a{};
+        socklen_t length = sizeof a;
+        auto* p = reinterpret_cast<sockaddr*>(&a);
+        if ((peer ? ::getpeername(fd, p, &length) : ::getsockname(fd, p, &length)) != 0) return {"", -1};
+        char host[NI_MAXHOST], port[NI_MAXSERV];
+        if (::getnameinfo(p, length, host, sizeof host, port, sizeof port, NI_NUMERICHOST | NI_NUMERICSERV) != 0) return {"", -1};
+        return {host, std::atoi(port)};
+    }
+    int fd_ = -1;
+};
 
 template <class B>
 class server {
@@ -177,8 +282,89 @@ private:
         }
         r->seed = static_cast<std::uint64_t>(integer("seed", 0, std::numeric_limits<long long>::min(), std::numeric_limits<long long>::max()));
         if (body.contains("stream") && !body["stream"].is_boolean()) throw bad_request{400, "'stream' must be true or false"};
+        if (body.contains("stop") && !body["stop"].is_null()) {
+            const auto& stop = body["stop"];
+            const json list = stop.is_array() ? stop : json::array({stop});
+            if (list.size() > 4) throw bad_request{400, "'stop' has " + std::to_string(list.size()) + " strings; at most 4"};
+            for (const auto& s : list) {
+                if (!s.is_string() || s.get<std::string>().empty())
+                    throw bad_request{400, "'stop' must be a non-empty string or an array of up to 4 of them"};
+                r->stop_strings.push_back(s.get<std::string>());
+            }
+        }
+        if (chat) {
+            if (body.contains("logprobs") && !body["logprobs"].is_null() && !body["logprobs"].is_boolean())
+                throw bad_request{400, "'logprobs' must be true or false"};
+            const bool wanted = body.contains("logprobs") && body["logprobs"].is_boolean() && body["logprobs"].get<bool>();
+            const auto top = integer("top_logprobs", -1, 0, 20);
+            if (top >= 0 && !wanted) throw bad_request{400, "'top_logprobs' needs 'logprobs': true"};
+            r->logprobs = wanted ? static_cast<int>(std::max<long long>(top, 0)) : -1;
+        } else {
+            r->logprobs = static_cast<int>(integer("logprobs", -1, 0, 5));
+        }
+        // OpenAI's fields that would change the answer and that this server does not implement: an
+        // error, never silently ignored.
+        const auto unsupported = [&](const char* key, const json& neutral) {
+            if (body.contains(key) && !body[key].is_null() && body[key] != neutral)
+                throw bad_request{400, std::string("'") + key + "' is not supported by this server (only " + neutral.dump() + ")"};
+        };
+        unsupported("echo", false);
+        unsupported("best_of", 1);
+        unsupported("suffix", "");
+        unsupported("logit_bias", json::object());
+        unsupported("presence_penalty", 0);
+        unsupported("frequency_penalty", 0);
+        unsupported("tools", json::array());
+        unsupported("functions", json::array());
+        unsupported("response_format", json{{"type", "text"}});
         if (model_.config().eos_token_id >= 0) r->stop_tokens = {model_.config().eos_token_id};
         return r;
+    }
+
+    // The log-probabilities of `tokens` in the API's two shapes: completions' parallel lists (text
+    // offsets in bytes from `offset`), chat's list of objects with each token's bytes. So that no two
+    // tokens read alike, a token that is not whole UTF-8 (a byte-level model's piece of a character)
+    // reads "bytes:" and its bytes as \xNN, as in OpenAI's API, and one without bytes (a special
+    // id) reads <|id|>.
+    json logprobs_json(bool chat, const std::vector<sampled_token>& tokens, std::size_t& offset) const {
+        const auto bytes = [](const std::string& s) {
+            json b = json::array();
+            for (unsigned char c : s) b.push_back(c);
+            return b;
+        };
+        const auto label = [this](int id) {
+            std::string text = codec_.bytes_of(id);
+            if (text.empty()) return "<|" + std::to_string(id) + "|>";
+            if (report::valid_utf8(text) == text) return text;
+            std::string escaped = "bytes:";
+            for (unsigned char c : text) {
+                static constexpr char hex[] = "0123456789abcdef";
+                escaped += "\\x";
+                escaped += hex[c >> 4];
+                escaped += hex[c & 15];
+            }
+            return escaped;
+        };
+        if (chat) {
+            json content = json::array();
+            for (const auto& t : tokens) {
+                json top = json::array();
+                for (const auto& [id, logprob] : t.top) top.push_back({{"token", label(id)}, {"logprob", logprob}, {"bytes", bytes(codec_.bytes_of(id))}});
+                content.push_back({{"token", label(t.id)}, {"logprob", t.logprob}, {"bytes", bytes(codec_.bytes_of(t.id))}, {"top_logprobs", top}});
+            }
+            return {{"content", content}};
+        }
+        json j = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+        for (const auto& t : tokens) {
+            json top = json::object();
+            for (const auto& [id, logprob] : t.top) top[label(id)] = logprob;
+            j["tokens"].push_back(label(t.id));
+            j["token_logprobs"].push_back(t.logprob);
+            j["top_logprobs"].push_back(top);
+            j["text_offset"].push_back(offset);
+            offset += codec_.bytes_of(t.id).size();
+        }
+        return j;
     }
 
     json choice_chunk(bool chat, const std::string& text, const json& finish, bool first) const {
@@ -190,11 +376,19 @@ private:
             c["delta"] = delta;
         } else {
             c["text"] = text;
-            c["logprobs"] = nullptr;
         }
+        c["logprobs"] = nullptr;
         c["finish_reason"] = finish;
         return c;
     }
+
+    // A completion is streamed as server-sent events: a chunk for each piece of text that became
+    // final, then one with the finish reason and the usage, then [DONE].
+    struct streamed_completion {
+        completion_text text;
+        bool first = true;
+        std::size_t offset = 0;  // bytes of token text sent, for logprobs' text_offset
+    };
 
     void handle(const httplib::Request& req, httplib::Response& res, bool chat) {
         json body = json::parse(req.body, nullptr, false);
@@ -209,13 +403,17 @@ private:
         const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(++next_id_);
         const json head = {{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", std::time(nullptr)}, {"model", name_}};
         const auto prompt_tokens = static_cast<int>(r->prompt.size());
+        const auto usage = [prompt_tokens](int completion_tokens) {
+            return json{{"prompt_tokens", prompt_tokens}, {"completion_tokens", completion_tokens}, {"total_tokens", prompt_tokens + completion_tokens}};
+        };
+        // "stop" at a stop token or string, else "length" (or the server stopping)
+        const auto finish_reason = [r](const completion_text& text) { return text.stopped() || r->finish_reason == "stop" ? "stop" : "length"; };
         if (body.value("stream", false)) {
-            auto text = std::make_shared<model_text::stream>(codec_);
-            auto first = std::make_shared<bool>(true);
+            auto state = std::make_shared<streamed_completion>(streamed_completion{completion_text(codec_, r->stop_tokens, r->stop_strings)});
             res.set_header("Cache-Control", "no-cache");
             res.set_chunked_content_provider(
                 "text/event-stream",
-                [this, r, text, first, head, chat, prompt_tokens](std::size_t, httplib::DataSink& sink) {
+                [this, r, state, head, chat, usage, finish_reason](std::size_t, httplib::DataSink& sink) {
                     const auto send = [&](const json& j) {
                         const std::string event = "data: " + dump(j) + "\n\n";
                         return sink.write(event.data(), event.size());
@@ -225,25 +423,34 @@ private:
                         return false;
                     }
                     std::string piece;
-                    for (int t : r->take(std::chrono::milliseconds(50)))
-                        if (std::find(r->stop_tokens.begin(), r->stop_tokens.end(), t) == r->stop_tokens.end()) piece += text->push(t);
-                    const bool finished = r->finished();
-                    if (finished) piece += text->finish();
-                    if (!piece.empty() || (*first && chat)) {
+                    std::vector<sampled_token> taken;
+                    for (auto& t : r->take(std::chrono::milliseconds(50))) {
+                        if (state->text.stopped()) break;
+                        piece += state->text.push(t.id);
+                        taken.push_back(std::move(t));
+                    }
+                    if (state->text.stopped()) r->stop_reached = true;  // the engine may end the request
+                    const bool finished = state->text.stopped() || r->finished();
+                    if (finished) piece += state->text.finish();
+                    if (!piece.empty() || (state->first && chat) || (r->logprobs >= 0 && !taken.empty())) {
                         json j = head;
-                        j["choices"] = json::array({choice_chunk(chat, piece, nullptr, *first)});
-                        *first = false;
+                        j["choices"] = json::array({choice_chunk(chat, piece, nullptr, state->first)});
+                        if (r->logprobs >= 0) j["choices"][0]["logprobs"] = logprobs_json(chat, taken, state->offset);
+                        state->first = false;
                         if (!send(j)) {
                             r->cancelled = true;
                             return false;
                         }
                     }
                     if (finished) {
+                        if (!state->text.stopped() && r->finish_reason == "error") {  // the status is sent: an error event ends the stream
+                            send(json{{"error", {{"message", r->error}, {"type", "server_error"}, {"code", 500}}}});
+                            return false;
+                        }
                         json j = head;
-                        j["choices"] = json::array({choice_chunk(chat, "", r->finish_reason == "stop" ? "stop" : "length", false)});
+                        j["choices"] = json::array({choice_chunk(chat, "", finish_reason(state->text), false)});
                         if (chat) j["choices"][0]["delta"] = json::object();
-                        j["usage"] = {{"prompt_tokens", prompt_tokens}, {"completion_tokens", r->completion_tokens},
-                                      {"total_tokens", prompt_tokens + r->completion_tokens}};
+                        j["usage"] = usage(state->text.tokens());
                         const std::string done = "data: [DONE]\n\n";
                         if (!send(j) || !sink.write(done.data(), done.size())) return false;
                         sink.done();
@@ -255,24 +462,37 @@ private:
                 });
             return;
         }
-        std::vector<int> tokens;
-        while (!r->finished())
-            for (int t : r->take(std::chrono::milliseconds(200))) tokens.push_back(t);
-        if (r->finish_reason == "error") return send_error(res, 500, r->error);
-        model_text::stream text(codec_);
+        // Not streamed: the answer comes at the end, and the client is watched meanwhile.
+        const client_connection client(req);
+        completion_text text(codec_, r->stop_tokens, r->stop_strings);
         std::string out;
-        for (int t : tokens)
-            if (std::find(r->stop_tokens.begin(), r->stop_tokens.end(), t) == r->stop_tokens.end()) out += text.push(t);
+        std::vector<sampled_token> taken;
+        while (!text.stopped() && !r->finished()) {
+            for (auto& t : r->take(std::chrono::milliseconds(50))) {
+                if (text.stopped()) break;
+                out += text.push(t.id);
+                taken.push_back(std::move(t));
+            }
+            if (client.closed()) {
+                r->cancelled = true;  // the engine frees the slot
+                return;
+            }
+        }
+        if (text.stopped()) r->stop_reached = true;
+        else if (r->finish_reason == "error") return send_error(res, 500, r->error);
         out += text.finish();
         json j = head;
         j["object"] = chat ? "chat.completion" : "text_completion";
-        json c = {{"index", 0}, {"finish_reason", r->finish_reason == "stop" ? "stop" : "length"}};
+        json c = {{"index", 0}, {"finish_reason", finish_reason(text)}};
         if (chat) c["message"] = {{"role", "assistant"}, {"content", out}};
-        else c["text"] = out, c["logprobs"] = nullptr;
+        else c["text"] = out;
+        std::size_t offset = 0;
+        c["logprobs"] = r->logprobs >= 0 ? logprobs_json(chat, taken, offset) : json(nullptr);
         j["choices"] = json::array({c});
-        j["usage"] = {{"prompt_tokens", prompt_tokens}, {"completion_tokens", r->completion_tokens},
-                      {"total_tokens", prompt_tokens + r->completion_tokens}};
-        j["tokens"] = tokens;  // vwt's extension: the completion's token ids
+        j["usage"] = usage(text.tokens());
+        json ids = json::array();
+        for (const auto& t : taken) ids.push_back(t.id);
+        j["tokens"] = ids;  // vwt's extension: the completion's token ids
         res.set_content(dump(j), "application/json");
     }
 

@@ -27,13 +27,20 @@ public:
     bool bpe() const { return bpe_.has_value(); }
     std::vector<int> encode(std::string_view text) const { return bpe_ ? bpe_->encode(text) : bytes_.encode(text); }
     std::string decode(const std::vector<int>& ids) const { return bpe_ ? bpe_->decode(ids) : bytes_.decode(ids); }
+    // One token's bytes (possibly part of a character; none for a special id or an id past the
+    // tokenizer's tokens).
+    std::string bytes_of(int id) const {
+        std::string out;
+        if (!bpe_) bytes_.append(out, id);
+        else if (bpe_->has_token(id)) out = bpe_->bytes_of(id);
+        return out;
+    }
 
     class stream {
     public:
         explicit stream(const model_text& t) : text_(&t) {}
         std::string push(int id) {
-            if (text_->bpe_) pending_ += text_->bpe_->bytes_of(id);
-            else text_->bytes_.append(pending_, id);
+            pending_ += text_->bytes_of(id);
             const std::size_t hold = io::bpe_detail::pending_tail(pending_);
             std::string out = pending_.substr(0, pending_.size() - hold);
             pending_.erase(0, pending_.size() - hold);

@@ -10,19 +10,33 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cmath>
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <vwt/vwt.hpp>
 
 namespace vwt::cli {
+
+// A sampled token and, when the request asked for them, log-probabilities under the model (the
+// log-softmax of its logits, before temperature and truncation): the token's own and the `top`
+// most likely tokens', most likely first.
+struct sampled_token {
+    int id = 0;
+    float logprob = 0;
+    std::vector<std::pair<int, float>> top;
+};
 
 // One request's parameters and its results, shared by the HTTP handler (which waits on it) and the
 // engine (which fills it).
@@ -32,21 +46,24 @@ struct serve_request {
     sampling_options sampling{};
     std::uint64_t seed = 0;
     std::vector<int> stop_tokens;
+    std::vector<std::string> stop_strings;  // the handler's: the text ends before the first of them
+    int logprobs = -1;  // -1: none; k >= 0: each token's log-probability and the top k alternatives'
 
     std::mutex mutex;
     std::condition_variable changed;
-    std::deque<int> tokens;     // sampled, not yet taken by the handler
-    int completion_tokens = 0;  // sampled in all
+    std::deque<sampled_token> tokens;  // sampled, not yet taken by the handler
+    int completion_tokens = 0;         // sampled in all
     bool done = false;
     std::string finish_reason;  // "stop", "length", "cancelled" or "error"
     std::string error;
-    std::atomic<bool> cancelled{false};  // set by the handler when its client goes away
+    std::atomic<bool> cancelled{false};     // set by the handler when its client goes away
+    std::atomic<bool> stop_reached{false};  // set by the handler when the text reached a stop string
 
     // Waits up to `wait` for tokens or the end; returns the tokens taken.
-    std::vector<int> take(std::chrono::milliseconds wait) {
+    std::vector<sampled_token> take(std::chrono::milliseconds wait) {
         std::unique_lock lock(mutex);
         changed.wait_for(lock, wait, [&] { return !tokens.empty() || done; });
-        std::vector<int> out(tokens.begin(), tokens.end());
+        std::vector<sampled_token> out(std::make_move_iterator(tokens.begin()), std::make_move_iterator(tokens.end()));
         tokens.clear();
         return out;
     }
@@ -137,6 +154,27 @@ private:
         s.request.reset();
     }
 
+    // The sampled token's log-probability and the `top` largest, from the row's log-softmax.
+    template <class T>
+    void with_logprobs(std::span<const T> row, int top, sampled_token& out) {
+        double largest = -std::numeric_limits<double>::infinity();
+        for (const T v : row) largest = std::max(largest, static_cast<double>(v));
+        double sum = 0;
+        for (const T v : row) sum += std::exp(static_cast<double>(v) - largest);
+        const double log_norm = largest + std::log(sum);
+        out.logprob = static_cast<float>(static_cast<double>(row[static_cast<std::size_t>(out.id)]) - log_norm);
+        order_.resize(row.size());
+        std::iota(order_.begin(), order_.end(), 0);
+        const auto k = std::min<std::size_t>(static_cast<std::size_t>(top), row.size());
+        std::partial_sort(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(k), order_.end(), [&](int a, int b) {
+            const auto va = row[static_cast<std::size_t>(a)], vb = row[static_cast<std::size_t>(b)];
+            return va > vb || (va == vb && a < b);
+        });
+        out.top.clear();
+        for (std::size_t i = 0; i < k; ++i)
+            out.top.emplace_back(order_[i], static_cast<float>(static_cast<double>(row[static_cast<std::size_t>(order_[i])]) - log_norm));
+    }
+
     void loop() {
         std::vector<sequence_input<B>> inputs;
         std::vector<slot*> stepped;
@@ -170,6 +208,10 @@ private:
                     finish(*s, "cancelled");
                     continue;
                 }
+                if (s->request->stop_reached) {
+                    finish(*s, "stop");
+                    continue;
+                }
                 if (!s->prefilled && prompt_taken) continue;
                 prompt_taken = prompt_taken || !s->prefilled;
                 inputs.push_back({&s->cache, s->prefilled ? std::span<const int>(&s->last, 1) : std::span<const int>(s->request->prompt)});
@@ -193,6 +235,8 @@ private:
                 const std::span<const typename B::compute_type> row(logits.data() + i * static_cast<std::size_t>(vocab),
                                                                     static_cast<std::size_t>(vocab));
                 const int token = s.draw.sample(row, r.sampling, s.rng, s.history);
+                sampled_token out{token, 0.0f, {}};
+                if (r.logprobs >= 0) with_logprobs(row, r.logprobs, out);
                 s.history.push_back(token);
                 s.prefilled = true;
                 s.last = token;
@@ -200,7 +244,7 @@ private:
                 int produced = 0;
                 {
                     std::lock_guard lock(r.mutex);
-                    r.tokens.push_back(token);
+                    r.tokens.push_back(std::move(out));
                     produced = ++r.completion_tokens;
                 }
                 r.changed.notify_all();
@@ -232,6 +276,7 @@ private:
     std::deque<std::shared_ptr<serve_request>> waiting_;
     bool stopping_ = false;
     serve_counters counters_;
+    std::vector<int> order_;  // with_logprobs()'s scratch
     std::thread worker_;
 };
 

@@ -277,9 +277,11 @@ public:
         for (int id : ids) out += bytes_of(id);
         return out;
     }
+    // Whether `id` is one of the tokenizer's tokens (a model's vocabulary may be larger).
+    bool has_token(int id) const { return id >= 0 && id < vocab_size() && present_[static_cast<std::size_t>(id)]; }
     // One token's bytes.
     const std::string& bytes_of(int id) const {
-        if (id < 0 || id >= vocab_size() || !present_[static_cast<std::size_t>(id)])
+        if (!has_token(id))
             fail("id ", id, " is not a token (ids in [0, ", vocab_size(), "))");
         return bytes_[static_cast<std::size_t>(id)];
     }
