@@ -119,8 +119,11 @@ class Reference:
             parts.append(torch.zeros(*x.shape[:-1], width - start, dtype=x.dtype))
         return torch.cat(parts, -1)
 
-    def forward(self, tokens, p=None):
-        """tokens: int64 [B, T] -> logits [B, T, V]; p: the parameters (default: self.p)."""
+    def forward(self, tokens, p=None, trace=None):
+        """tokens: int64 [B, T] -> logits [B, T, V]; p: the parameters (default: self.p); trace: a
+        list that gets, per layer, its input and output at its width ("in", "out"), the history it
+        was restored from ("history": the embedding and every earlier layer's output) and, for
+        dense MLPs, the up and gate halves of c_fc's output ("u", "gate")."""
         p = self.p if p is None else p
         B, T = tokens.shape
         pos = torch.arange(T)
@@ -129,6 +132,7 @@ class Reference:
         causal = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
         for i, w in enumerate(self.widths):
             x = self.resize_to(x, w, history, self.resize)
+            step = {"in": x, "history": list(history)} if trace is not None else None
             d, G = w // self.H, self.H // self.Hkv
             pre = f"transformer.h.{i}."
             a = self.rmsnorm(x, p[pre + "ln_1.weight"])
@@ -155,7 +159,12 @@ class Reference:
                 f = b @ p[pre + "mlp_block.c_fc.weight"].T
                 u, gate = f[..., : 4 * w], f[..., 4 * w:]
                 x = x + self.m_res * ((u * torch.nn.functional.silu(gate)) @ p[pre + "mlp_block.c_proj.weight"].T)
+                if step is not None:
+                    step["u"], step["gate"] = u, gate
             history.append(x)
+            if step is not None:
+                step["out"] = x
+                trace.append(step)
         y = self.rmsnorm(x, p["transformer.ln_f.weight"])
         # The resize to the unembedding width is move_up whatever the model's resize method
         # (semantics.md section 2, step 3): a zero-resize model restores [w_L, h) too.
