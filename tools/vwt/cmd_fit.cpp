@@ -17,6 +17,7 @@
 #include <vwt/experiments/scaling_fit.hpp>
 #include <vwt/io/atomic_file.hpp>
 #include <vwt/report/chart.hpp>
+#include <vwt/report/statistics.hpp>
 
 #include "commands.hpp"
 
@@ -44,12 +45,6 @@ struct size_point {
 
 constexpr const char* shapes[] = {"xformer", "uniform"};
 constexpr const char* shape_names[] = {"><former", "uniform"};
-
-double mean(const std::vector<double>& v) {
-    double s = 0;
-    for (double x : v) s += x;
-    return s / static_cast<double>(v.size());
-}
 
 // The four fits (shape x axis) of one set of losses per size.
 struct curves {
@@ -124,7 +119,7 @@ void run_fit(const fit_options& o) {
     }
     std::vector<double> means[2];
     for (int s = 0; s < 2; ++s)
-        for (const auto& p : points[s]) means[s].push_back(mean(p.losses));
+        for (const auto& p : points[s]) means[s].push_back(report::detail::mean(p.losses));
     const curves fitted = fit_all(points, means);
     const auto point = savings(fitted, points[1]);
 

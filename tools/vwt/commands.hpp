@@ -25,6 +25,7 @@ void add_model_commands(CLI::App& app);  // init, generate, logits
 void add_train_commands(CLI::App& app);  // train, eval
 void add_compare_command(CLI::App& app);
 void add_analyze_command(CLI::App& app);  // per-layer representation statistics, models side by side
+void add_sweep_command(CLI::App& app);    // shapes at one parameter budget, seeds, resumable, one report
 void add_fit_command(CLI::App& app);      // scaling curves over compare runs, savings at matched loss
 void add_bench_command(CLI::App& app);    // prefill and decode speed, llama-bench style
 void add_tokenize_command(CLI::App& app);  // a text corpus to a token file with a tokenizer.json

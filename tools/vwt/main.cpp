@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
     vwt::cli::add_tokenize_command(app);
     vwt::cli::add_compare_command(app);
     vwt::cli::add_analyze_command(app);
+    vwt::cli::add_sweep_command(app);
     vwt::cli::add_fit_command(app);
     vwt::cli::add_bench_command(app);
 #if defined(VWT_CLI_WITH_SERVE)

@@ -48,6 +48,47 @@ struct compare_progress {
 inline const char* compared_model_name(int model) { return model == 0 ? "><former" : "uniform"; }
 inline const char* compared_model_slug(int model) { return model == 0 ? "xformer" : "uniform"; }
 
+// One training run of the comparison's recipe: model `c` initialised from `seed`, trained on the
+// windows `seed` orders (any model given the same seed and corpus sees the same windows in the same
+// order), its validation-loss curve and speed; saved to `save_to` when set; a sample of the prompt
+// when `sample` is set. `on_step` sees every step.
+template <class B>
+run_result train_run(const typename B::context& ctx, const model_config& c, const std::vector<int>& tokens, std::uint64_t seed,
+                     const compare_options& o, bool sample, const std::filesystem::path& save_to,
+                     const std::function<void(const train::step_report&)>& on_step = {}) {
+    std::vector<typename B::weight_type> params;
+    initialize_parameters(c, parameter_layout(c), seed, params);
+    auto t = o.train;
+    t.out.clear();
+    t.checkpoint_every = 0;
+    train::trainer<B> tr(ctx, c, params, train::window_loader(tokens, o.sequence_length, o.validation_fraction, seed, "corpus"), t);
+    run_result r;
+    double speed = 0;
+    tr.run([&](const train::step_report& s) {
+        speed += s.tokens_per_second / static_cast<double>(t.steps);
+        if (s.validation_loss >= 0) r.curve.emplace_back(s.step, s.validation_loss);
+        if (on_step) on_step(s);
+    });
+    r.final_loss = r.curve.empty() ? std::nan("") : r.curve.back().second;
+    r.tokens_per_second = speed;
+    if (!save_to.empty()) {
+        const auto p = tr.parameters();
+        io::save_model_dir(save_to, c, std::vector<float>(p.begin(), p.end()));
+    }
+    if (sample && !o.prompt.empty()) {
+        const int capacity = std::min<int>(c.schedule.dims.context, static_cast<int>(o.prompt.size()) + o.sample_tokens);
+        session<vwt::model<B>> s(tr.model(), ctx, capacity);
+        generation_options g;
+        g.max_new_tokens = std::max(0, capacity - static_cast<int>(o.prompt.size()));
+        g.sampling = {0.8, 40, 0.95};
+        g.seed = seed;
+        r.sample = o.prompt;
+        const auto generated = generate(ctx, s, o.prompt, g);
+        r.sample.insert(r.sample.end(), generated.begin(), generated.end());
+    }
+    return r;
+}
+
 // `base` supplies everything but the schedule (parametrisation, special ids); `tokens` is the
 // whole corpus (the last validation_fraction held out).
 template <class B>
@@ -61,39 +102,11 @@ compare_result compare(const typename B::context& ctx, const dynamic_schedule& x
             auto c = base;
             c.schedule = result.schedules[m];
             c.attention_multipliers.clear();
-            std::vector<typename B::weight_type> params;
-            initialize_parameters(c, parameter_layout(c), seed, params);
-            auto t = o.train;
-            t.out.clear();
-            t.checkpoint_every = 0;
-            // The same seed gives both models the same windows in the same order.
-            train::trainer<B> tr(ctx, c, params,
-                                 train::window_loader(tokens, o.sequence_length, o.validation_fraction, seed, "corpus"), t);
-            run_result r;
-            double speed = 0;
-            tr.run([&](const train::step_report& s) {
-                speed += s.tokens_per_second / static_cast<double>(t.steps);
-                if (s.validation_loss >= 0) r.curve.emplace_back(s.step, s.validation_loss);
+            const auto save_to = o.out.empty() ? std::filesystem::path{}
+                                               : o.out / (std::string(compared_model_slug(m)) + "-seed" + std::to_string(seed));
+            run_result r = train_run<B>(ctx, c, tokens, seed, o, seed == o.seeds.front(), save_to, [&](const train::step_report& s) {
                 if (progress) progress({m, seed, &s, nullptr});
             });
-            r.final_loss = r.curve.empty() ? std::nan("") : r.curve.back().second;
-            r.tokens_per_second = speed;
-            if (!o.out.empty()) {
-                const auto p = tr.parameters();
-                io::save_model_dir(o.out / (std::string(compared_model_slug(m)) + "-seed" + std::to_string(seed)), c,
-                                   std::vector<float>(p.begin(), p.end()));
-            }
-            if (seed == o.seeds.front() && !o.prompt.empty()) {
-                const int capacity = std::min<int>(c.schedule.dims.context, static_cast<int>(o.prompt.size()) + o.sample_tokens);
-                session<vwt::model<B>> s(tr.model(), ctx, capacity);
-                generation_options g;
-                g.max_new_tokens = std::max(0, capacity - static_cast<int>(o.prompt.size()));
-                g.sampling = {0.8, 40, 0.95};
-                g.seed = seed;
-                r.sample = o.prompt;
-                const auto generated = generate(ctx, s, o.prompt, g);
-                r.sample.insert(r.sample.end(), generated.begin(), generated.end());
-            }
             if (progress) progress({m, seed, nullptr, &r});
             result.runs[m].push_back(std::move(r));
         }

@@ -12,6 +12,7 @@
 #include "../accounting.hpp"
 #include "../experiments/compare.hpp"
 #include "schedule_report.hpp"
+#include "statistics.hpp"
 #include "text.hpp"
 
 namespace vwt::report {
@@ -22,21 +23,6 @@ struct compare_report_input {
     std::string data;                                     // the corpus's name
     std::vector<std::string> samples[2];                  // decoded samples (first seed), any bytes
 };
-
-namespace detail {
-inline double mean(const std::vector<double>& v) {
-    double s = 0;
-    for (double x : v) s += x;
-    return s / static_cast<double>(v.size());
-}
-inline double sample_stdev(const std::vector<double>& v) {
-    if (v.size() < 2) return 0;
-    const double m = mean(v);
-    double s = 0;
-    for (double x : v) s += (x - m) * (x - m);
-    return std::sqrt(s / static_cast<double>(v.size() - 1));
-}
-}  // namespace detail
 
 inline nlohmann::ordered_json compare_report_json(const compare_report_input& in) {
     const auto& r = *in.result;
