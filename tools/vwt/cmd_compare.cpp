@@ -20,15 +20,7 @@ void add_compare_command(CLI::App& app) {
     auto o = std::make_shared<options>();
     auto* cmd = app.add_subcommand("compare", "train the ><former and its uniform twin on the same data and report");
     o->run.schedule.add_to(*cmd);
-    cmd->add_option("--data", o->run.data, "corpus file")->required();
-    cmd->add_option("--format", o->run.format, "text, u16 or u32");
-    cmd->add_option("--seeds", o->run.seeds, "seeds, comma separated")->delimiter(',');
-    cmd->add_option("--steps", o->run.steps, "optimizer steps per run");
-    cmd->add_option("--batch", o->run.batch, "sequences per step");
-    cmd->add_option("--seq", o->run.seq, "sequence length");
-    cmd->add_option("--lr", o->run.lr, "peak learning rate (cosine decay, 8% warmup)");
-    cmd->add_option("--eval-every", o->run.eval_every, "steps between validation losses");
-    cmd->add_option("--validation", o->run.validation, "held-out fraction at the end of the corpus");
+    add_recipe_flags(*cmd, o->run);
     o->device.add_to(*cmd);
     cmd->add_option("--prompt", o->run.prompt, "prompt of the samples in report.md");
     cmd->add_option("--sample-tokens", o->run.sample_tokens, "length of those samples");

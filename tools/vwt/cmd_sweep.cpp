@@ -19,6 +19,7 @@
 #include <vwt/report/statistics.hpp>
 
 #include "commands.hpp"
+#include "compare_run.hpp"
 #include "device_flags.hpp"
 #include "progress.hpp"
 #include "schedule_flags.hpp"
@@ -30,13 +31,8 @@ namespace {
 using json = nlohmann::ordered_json;
 
 struct sweep_options {
-    schedule_flags schedule;
+    compare_flags run;  // the schedule flags, the recipe and --out (its prompt and samples unused)
     std::vector<std::string> shapes{"x", "diamond", "increasing", "decreasing", "uniform", "shuffled"};
-    std::string data, out, format = "text";
-    std::vector<std::uint64_t> seeds{1, 2, 3};
-    std::int64_t steps = 200, eval_every = 20;
-    int batch = 8, seq = 128;
-    double lr = 3e-3, validation = 0.1;
     bool quiet = false, json = false;
     device_flags device;
 };
@@ -65,18 +61,20 @@ std::string widths_text(const std::vector<int>& widths) {
     return s;
 }
 
-void run_sweep(const sweep_options& o) {
+void run_sweep(const sweep_options& options) {
+    const compare_flags& o = options.run;
     if (!o.schedule.widths.empty()) detail::fail("--widths: a sweep solves each shape's widths (give --shapes)");
     if (o.schedule.permute != "none") detail::fail("--permute: a sweep has its own permuted shape ('shuffled' in --shapes)");
-    if (o.shapes.empty()) detail::fail("--shapes: give at least one");
+    const auto& shapes = options.shapes;
+    if (shapes.empty()) detail::fail("--shapes: give at least one");
     if (o.seeds.empty()) detail::fail("--seeds: give at least one seed");
     if (o.steps < 1) detail::fail("--steps: must be at least 1");
     std::map<std::string, dynamic_schedule> schedules;
-    for (const auto& shape : o.shapes) {
+    for (const auto& shape : shapes) {
         if (schedules.count(shape)) detail::fail("--shapes: '", shape, "' is listed twice");
         schedules.emplace(shape, shape_schedule(o.schedule, shape));
     }
-    const auto& first = schedules.at(o.shapes.front());
+    const auto& first = schedules.at(shapes.front());
     if (o.seq > first.dims.context) detail::fail("--seq: ", o.seq, " is above the model's context of ", first.dims.context);
     const std::filesystem::path out = o.out;
     const json recipe = {{"data", o.data}, {"format", o.format}, {"steps", o.steps}, {"batch", o.batch}, {"seq", o.seq}, {"lr", o.lr},
@@ -95,18 +93,12 @@ void run_sweep(const sweep_options& o) {
     io::write_file_atomic(recipe_file, json{{"recipe", recipe}}.dump(1) + "\n");
 
     const auto tokens = train::read_tokens(o.data, parse_token_format(o.format), first.dims.vocab);
-    experiments::compare_options c;
-    c.train.steps = o.steps;
-    c.train.batch = o.batch;
-    c.train.eval_every = o.eval_every;
-    c.train.lr = {train::lr_decay::cosine, o.lr, std::max<std::int64_t>(1, o.steps * 8 / 100), o.steps, o.lr / 10};
-    c.sequence_length = o.seq;
-    c.validation_fraction = o.validation;
-    progress_display progress(o.quiet);
+    const auto c = recipe_options(o);
+    progress_display progress(options.quiet);
     json report = {{"recipe", recipe}, {"seeds", o.seeds}, {"shapes", json::array()}};
     std::vector<report::chart_series> curves, widths;
     std::string table = "| shape | widths | params | FLOPs/token | KV bytes/token | final validation loss (mean ± std) | runs |\n|---|---|---|---|---|---|---|\n";
-    for (const auto& shape : o.shapes) {
+    for (const auto& shape : shapes) {
         const auto& s = schedules.at(shape);
         std::vector<double> finals;
         std::map<std::int64_t, std::vector<double>> curve;  // step -> losses over seeds
@@ -123,7 +115,7 @@ void run_sweep(const sweep_options& o) {
             } else {
                 auto config = byte_level_config(s, false);
                 experiments::run_result r;
-                o.device.run([&]<class B>(const typename B::context& ctx) {
+                options.device.run([&]<class B>(const typename B::context& ctx) {
                     r = experiments::train_run<B>(ctx, config, tokens, seed, c, false, dir, [&](const train::step_report& st) {
                         std::ostringstream line;
                         line << shape << " seed " << seed << ": " << progress_bar(double(st.step), double(o.steps)) << " step " << st.step << "/"
@@ -166,7 +158,7 @@ void run_sweep(const sweep_options& o) {
     io::write_file_atomic(out / "report.md", md.str());
     io::write_file_atomic(out / "val_loss.svg", report::line_chart_svg("validation loss (mean over seeds)", "step", curves));
     io::write_file_atomic(out / "schedules.svg", report::line_chart_svg("width schedules", "layer", widths));
-    if (o.json) std::cout << report.dump() << '\n';
+    if (options.json) std::cout << report.dump() << '\n';
     else std::cout << md.str();
 }
 
@@ -175,19 +167,11 @@ void run_sweep(const sweep_options& o) {
 void add_sweep_command(CLI::App& app) {
     auto o = std::make_shared<sweep_options>();
     auto* cmd = app.add_subcommand("sweep", "train several shapes at one parameter budget, several seeds, resumable, one report");
-    o->schedule.add_to(*cmd);
+    o->run.schedule.add_to(*cmd);
     cmd->add_option("--shapes", o->shapes, "shapes, comma separated: x, diamond, increasing, decreasing, uniform, shuffled (x, middle widths shuffled)")
         ->delimiter(',');
-    cmd->add_option("--data", o->data, "corpus file")->required();
-    cmd->add_option("--format", o->format, "text, u16 or u32");
-    cmd->add_option("--seeds", o->seeds, "seeds, comma separated")->delimiter(',');
-    cmd->add_option("--steps", o->steps, "optimizer steps per run");
-    cmd->add_option("--batch", o->batch, "sequences per step");
-    cmd->add_option("--seq", o->seq, "sequence length");
-    cmd->add_option("--lr", o->lr, "peak learning rate (cosine decay, 8% warmup)");
-    cmd->add_option("--eval-every", o->eval_every, "steps between validation losses");
-    cmd->add_option("--validation", o->validation, "held-out fraction at the end of the corpus");
-    cmd->add_option("--out", o->out, "output directory (a sweep there continues)")->required();
+    add_recipe_flags(*cmd, o->run);
+    cmd->add_option("--out", o->run.out, "output directory (a sweep there continues)")->required();
     cmd->add_flag("--quiet", o->quiet, "no progress on stderr");
     cmd->add_flag("--json", o->json, "print report.json's content instead of report.md");
     o->device.add_to(*cmd);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <vwt/experiments/compare.hpp>
 #include <vwt/io/atomic_file.hpp>
@@ -28,6 +29,33 @@ struct compare_flags {
     double lr = 3e-3, validation = 0.1;
 };
 
+// The training recipe's flags, shared by `vwt compare` and `vwt sweep`: --data, --format, --seeds,
+// --steps, --batch, --seq, --lr, --eval-every, --validation.
+inline void add_recipe_flags(CLI::App& cmd, compare_flags& f) {
+    cmd.add_option("--data", f.data, "corpus file")->required();
+    cmd.add_option("--format", f.format, "text, u16 or u32");
+    cmd.add_option("--seeds", f.seeds, "seeds, comma separated")->delimiter(',');
+    cmd.add_option("--steps", f.steps, "optimizer steps per run");
+    cmd.add_option("--batch", f.batch, "sequences per step");
+    cmd.add_option("--seq", f.seq, "sequence length");
+    cmd.add_option("--lr", f.lr, "peak learning rate (cosine decay, 8% warmup)");
+    cmd.add_option("--eval-every", f.eval_every, "steps between validation losses");
+    cmd.add_option("--validation", f.validation, "held-out fraction at the end of the corpus");
+}
+
+// The recipe as the comparison harness takes it: cosine decay to lr / 10 after 8% warmup.
+inline experiments::compare_options recipe_options(const compare_flags& f) {
+    experiments::compare_options c;
+    c.seeds = f.seeds;
+    c.train.steps = f.steps;
+    c.train.batch = f.batch;
+    c.train.eval_every = f.eval_every;
+    c.train.lr = {train::lr_decay::cosine, f.lr, std::max<std::int64_t>(1, f.steps * 8 / 100), f.steps, f.lr / 10};
+    c.sequence_length = f.seq;
+    c.validation_fraction = f.validation;
+    return c;
+}
+
 struct compare_written {
     nlohmann::ordered_json report;  // report.json's content
     std::string markdown;           // report.md's
@@ -46,14 +74,7 @@ compare_written run_compare(const typename B::context& ctx, const compare_flags&
     if (f.steps < 1) detail::fail("--steps: must be at least 1");
     const auto tokens = train::read_tokens(f.data, parse_token_format(f.format), x.dims.vocab);
     const io::byte_tokenizer tok(x.dims.vocab);
-    experiments::compare_options c;
-    c.seeds = f.seeds;
-    c.train.steps = f.steps;
-    c.train.batch = f.batch;
-    c.train.eval_every = f.eval_every;
-    c.train.lr = {train::lr_decay::cosine, f.lr, std::max<std::int64_t>(1, f.steps * 8 / 100), f.steps, f.lr / 10};
-    c.sequence_length = f.seq;
-    c.validation_fraction = f.validation;
+    auto c = recipe_options(f);
     c.prompt = tok.encode(f.prompt);
     c.sample_tokens = f.sample_tokens;
     c.out = f.out;
