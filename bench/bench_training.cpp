@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <vwt/report/text.hpp>
 #include <vwt/train/trainer.hpp>
 #include <vwt/vwt.hpp>
 
@@ -100,15 +101,6 @@ nlohmann::json run_json(const std::string& command) {
     }
 }
 
-std::string join(const std::vector<int>& v) {
-    std::string s;
-    for (int x : v) {
-        if (!s.empty()) s += ',';
-        s += std::to_string(x);
-    }
-    return s;
-}
-
 // PyTorch eager, or (compiled) with torch.compile on the forward pass: a Python without torch 2.x
 // (Debian's is 1.13) skips that row. bench/peers/setup.sh makes a venv with PyTorch 2.x from PyPI;
 // VWT_TORCH_PYTHON=build-peers/venv/bin/python in the environment (or -DVWT_PYTHON_WITH_TORCH=...
@@ -118,7 +110,7 @@ void torch_train_step(benchmark::State& state, bool uniform, bool compiled, bool
     const auto& d = c.schedule.dims;
     const char* python = std::getenv("VWT_TORCH_PYTHON");  // the run's choice over the build's
     const std::string command = std::string(python && *python ? python : VWT_TORCH_PYTHON) + " " + VWT_SOURCE_DIR + "/bench/torch_train_step.py" +
-                                " --widths " + join(c.schedule.widths) + " --hidden " + std::to_string(d.hidden) +
+                                " --widths " + vwt::report::joined(c.schedule.widths, ',') + " --hidden " + std::to_string(d.hidden) +
                                 " --heads " + std::to_string(d.heads) + " --kv-heads " + std::to_string(d.kv_heads) +
                                 " --vocab " + std::to_string(d.vocab) + " --batch " + std::to_string(batch) +
                                 " --seq " + std::to_string(seq) + " --steps 4 --threads " + std::to_string(threads) +

@@ -110,6 +110,20 @@ private:
     bool stopped_ = false;
 };
 
+// Moves the request's new tokens (waiting up to `wait` for them) through `text` until it stops,
+// keeping them in `taken`; returns the text that became final. At a stop string the request is
+// marked for the engine, which ends it at its next step.
+std::string take_text(serve_request& r, completion_text& text, std::vector<sampled_token>& taken, std::chrono::milliseconds wait) {
+    std::string piece;
+    for (auto& t : r.take(wait)) {
+        if (text.stopped()) break;
+        piece += text.push(t.id);
+        taken.push_back(std::move(t));
+    }
+    if (text.stopped()) r.stop_reached = true;
+    return piece;
+}
+
 // Whether a request's client is still connected, for the handlers that answer only at the end
 // (httplib 0.11 tells a handler nothing about its connection). The connection's socket is the one
 // whose two addresses are the request's (a TCP connection is unique by them, and its socket stays
@@ -332,8 +346,7 @@ private:
             for (unsigned char c : s) b.push_back(c);
             return b;
         };
-        const auto label = [this](int id) {
-            std::string text = codec_.bytes_of(id);
+        const auto label = [](int id, const std::string& text) {
             if (text.empty()) return "<|" + std::to_string(id) + "|>";
             if (report::valid_utf8(text) == text) return text;
             std::string escaped = "bytes:";
@@ -349,20 +362,25 @@ private:
             json content = json::array();
             for (const auto& t : tokens) {
                 json top = json::array();
-                for (const auto& [id, logprob] : t.top) top.push_back({{"token", label(id)}, {"logprob", logprob}, {"bytes", bytes(codec_.bytes_of(id))}});
-                content.push_back({{"token", label(t.id)}, {"logprob", t.logprob}, {"bytes", bytes(codec_.bytes_of(t.id))}, {"top_logprobs", top}});
+                for (const auto& [id, logprob] : t.top) {
+                    const std::string alternative = codec_.bytes_of(id);
+                    top.push_back({{"token", label(id, alternative)}, {"logprob", logprob}, {"bytes", bytes(alternative)}});
+                }
+                const std::string text = codec_.bytes_of(t.id);
+                content.push_back({{"token", label(t.id, text)}, {"logprob", t.logprob}, {"bytes", bytes(text)}, {"top_logprobs", top}});
             }
             return {{"content", content}};
         }
         json j = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()}, {"text_offset", json::array()}};
         for (const auto& t : tokens) {
             json top = json::object();
-            for (const auto& [id, logprob] : t.top) top[label(id)] = logprob;
-            j["tokens"].push_back(label(t.id));
+            for (const auto& [id, logprob] : t.top) top[label(id, codec_.bytes_of(id))] = logprob;
+            const std::string text = codec_.bytes_of(t.id);
+            j["tokens"].push_back(label(t.id, text));
             j["token_logprobs"].push_back(t.logprob);
             j["top_logprobs"].push_back(top);
             j["text_offset"].push_back(offset);
-            offset += codec_.bytes_of(t.id).size();
+            offset += text.size();
         }
         return j;
     }
@@ -422,14 +440,8 @@ private:
                         r->cancelled = true;
                         return false;
                     }
-                    std::string piece;
                     std::vector<sampled_token> taken;
-                    for (auto& t : r->take(std::chrono::milliseconds(50))) {
-                        if (state->text.stopped()) break;
-                        piece += state->text.push(t.id);
-                        taken.push_back(std::move(t));
-                    }
-                    if (state->text.stopped()) r->stop_reached = true;  // the engine may end the request
+                    std::string piece = take_text(*r, state->text, taken, std::chrono::milliseconds(50));
                     const bool finished = state->text.stopped() || r->finished();
                     if (finished) piece += state->text.finish();
                     if (!piece.empty() || (state->first && chat) || (r->logprobs >= 0 && !taken.empty())) {
@@ -468,18 +480,13 @@ private:
         std::string out;
         std::vector<sampled_token> taken;
         while (!text.stopped() && !r->finished()) {
-            for (auto& t : r->take(std::chrono::milliseconds(50))) {
-                if (text.stopped()) break;
-                out += text.push(t.id);
-                taken.push_back(std::move(t));
-            }
+            out += take_text(*r, text, taken, std::chrono::milliseconds(50));
             if (client.closed()) {
                 r->cancelled = true;  // the engine frees the slot
                 return;
             }
         }
-        if (text.stopped()) r->stop_reached = true;
-        else if (r->finish_reason == "error") return send_error(res, 500, r->error);
+        if (!text.stopped() && r->finish_reason == "error") return send_error(res, 500, r->error);
         out += text.finish();
         json j = head;
         j["object"] = chat ? "chat.completion" : "text_completion";

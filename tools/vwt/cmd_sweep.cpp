@@ -52,15 +52,6 @@ dynamic_schedule shape_schedule(const schedule_flags& flags, const std::string& 
     }
 }
 
-std::string widths_text(const std::vector<int>& widths) {
-    std::string s;
-    for (int w : widths) {
-        if (!s.empty()) s += ' ';
-        s += std::to_string(w);
-    }
-    return s;
-}
-
 void run_sweep(const sweep_options& options) {
     const compare_flags& o = options.run;
     if (!o.schedule.widths.empty()) detail::fail("--widths: a sweep solves each shape's widths (give --shapes)");
@@ -110,7 +101,7 @@ void run_sweep(const sweep_options& options) {
                 std::ifstream in(result_file);
                 result = json::parse(in, nullptr, false);
                 if (result.is_discarded() || result.value("widths", std::vector<int>{}) != s.widths)
-                    detail::fail("--out: ", result_file.string(), " is not this sweep's run of ", shape, " (widths ", widths_text(s.widths), ")");
+                    detail::fail("--out: ", result_file.string(), " is not this sweep's run of ", shape, " (widths ", report::joined(s.widths), ")");
                 progress.note(shape + " seed " + std::to_string(seed) + ": kept from an earlier run");
             } else {
                 auto config = byte_level_config(s, false);
@@ -137,7 +128,7 @@ void run_sweep(const sweep_options& options) {
                                     {"flops_per_token", costs.flops_per_token}, {"kv_bytes_per_token", costs.kv_bytes_per_token},
                                     {"final_validation_loss", finals}, {"final_validation_loss_mean", mean},
                                     {"final_validation_loss_std", stdev}});
-        table += "| " + shape + " | " + widths_text(s.widths) + " | " + std::to_string(costs.params.total()) + " | " +
+        table += "| " + shape + " | " + report::joined(s.widths) + " | " + std::to_string(costs.params.total()) + " | " +
                  report::detail::fixed(costs.flops_per_token, 0) + " | " + std::to_string(costs.kv_bytes_per_token) + " | " +
                  report::detail::fixed(mean, 4) + " ± " + report::detail::fixed(stdev, 4) + " | " + std::to_string(finals.size()) + " |\n";
         report::chart_series line{shape, {}}, schedule{shape, {}};

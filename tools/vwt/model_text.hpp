@@ -7,7 +7,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 #include <vwt/io/bpe_tokenizer.hpp>
@@ -39,18 +38,12 @@ public:
     class stream {
     public:
         explicit stream(const model_text& t) : text_(&t) {}
-        std::string push(int id) {
-            pending_ += text_->bytes_of(id);
-            const std::size_t hold = io::bpe_detail::pending_tail(pending_);
-            std::string out = pending_.substr(0, pending_.size() - hold);
-            pending_.erase(0, pending_.size() - hold);
-            return out;
-        }
-        std::string finish() { return std::exchange(pending_, {}); }
+        std::string push(int id) { return characters_.push(text_->bytes_of(id)); }
+        std::string finish() { return characters_.finish(); }
 
     private:
         const model_text* text_;
-        std::string pending_;
+        io::utf8_assembler characters_;
     };
 
 private:

@@ -5,9 +5,9 @@
 // active, active per token, entropy of the activation mass). Definitions: docs/analysis.md.
 #pragma once
 
-// The forward is the training step's (train/step.hpp): the same blocks, asked to keep what
-// backward needs, which includes each MLP's fused input; the stream and the MLP input are read
-// after each block. Host-accessible memory only (the CPU policy): the statistics read the buffers
+// The forward is the training step's (train::forward_keeping): the same blocks, asked to keep what
+// backward needs, which includes each MLP's fused c_fc output; the stream is read before and after
+// each block, the MLP's output after it. Host-accessible memory only (the CPU policy): the statistics read the buffers
 // in place.
 
 #include <algorithm>
@@ -40,42 +40,58 @@ struct layer_statistics {
     double mlp_entropy = std::numeric_limits<double>::quiet_NaN();  // entropy of the units' shares of sum |u silu(g)|, / log(units)
 };
 
-// Running sums for one layer, fed row by row.
+namespace detail {
+// -sum p log p of the shares p_k = v_k / sum v (zeros skipped; 0 when the sum is 0).
+inline double entropy_of_shares(const Eigen::VectorXd& v) {
+    const double total = v.sum();
+    double h = 0;
+    if (total > 0)
+        for (const double x : v)
+            if (x > 0) h -= x / total * std::log(x / total);
+    return h;
+}
+}  // namespace detail
+
+// Running sums for one layer, fed a batch of tokens at a time.
 class layer_accumulator {
 public:
     layer_accumulator(int layer, int width, int units)
         : layer_(layer), width_(width), sum_(Eigen::VectorXd::Zero(width)), sum_outer_(Eigen::MatrixXd::Zero(width, width)),
-          ever_(static_cast<std::size_t>(units), 0), mass_(static_cast<std::size_t>(units), 0.0), dense_(units > 0) {}
+          ever_(static_cast<std::size_t>(units), 0), mass_(Eigen::VectorXd::Zero(units)) {}
 
-    // One token: the whole stream after the previous layer (`previous`; the embedding's before the
-    // first), the stream as this layer reads it (`in`), the whole stream after it (`out`), and the
-    // MLP's u and g (empty for an MoE layer).
+    // `rows` tokens, row r of each at r * stride: the whole stream after the previous layer
+    // (`previous`; the embedding's before the first), the stream as this layer reads it (`in`), the
+    // whole stream after it (`out`), and the MLP's fused c_fc output (`fused`: u and g, laid out
+    // as `layout`; null for an MoE layer).
     template <class T>
-    void add(std::span<const T> previous, std::span<const T> in, std::span<const T> out, std::span<const T> u, std::span<const T> g) {
-        ++tokens_;
-        Eigen::VectorXd x(width_);
-        for (int c = 0; c < width_; ++c) {
-            const double v = static_cast<double>(out[static_cast<std::size_t>(c)]);
-            x[c] = v;
-            square_ += v * v;
-            max_abs_ = std::max(max_abs_, std::abs(v));
-        }
-        sum_ += x;
-        sum_outer_.selfadjointView<Eigen::Lower>().rankUpdate(x);
-        cosine_previous_ += cosine(previous, out);
-        cosine_layer_ += cosine(in.first(static_cast<std::size_t>(width_)), out.first(static_cast<std::size_t>(width_)));
-        if (u.empty()) return;
-        std::size_t active = 0;
-        for (std::size_t j = 0; j < u.size(); ++j) {
-            const double gate = static_cast<double>(g[j]);
-            const double a = std::abs(static_cast<double>(u[j]) * gate / (1 + std::exp(-gate)));
-            mass_[j] += a;
-            if (gate > 0) {
-                ever_[j] = 1;
-                ++active;
+    void add(index_t rows, index_t stride, const T* previous, const T* in, const T* out, const T* fused, index_t fused_stride,
+             swiglu_layout layout) {
+        using rows_of = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0, Eigen::OuterStride<>>;
+        const Eigen::MatrixXd x = rows_of(out, rows, width_, Eigen::OuterStride<>(stride)).template cast<double>();
+        tokens_ += rows;
+        square_ += x.squaredNorm();
+        max_abs_ = std::max(max_abs_, x.cwiseAbs().maxCoeff());
+        sum_ += x.colwise().sum().transpose();
+        sum_outer_.selfadjointView<Eigen::Lower>().rankUpdate(x.transpose());
+        const auto units = static_cast<index_t>(ever_.size());
+        const bool interleaved = layout == swiglu_layout::interleaved;
+        for (index_t r = 0; r < rows; ++r) {
+            cosine_previous_ += cosine(previous + r * stride, out + r * stride, stride);
+            cosine_layer_ += cosine(in + r * stride, out + r * stride, width_);
+            if (!fused) continue;
+            const T* f = fused + r * fused_stride;
+            index_t active = 0;
+            for (index_t j = 0; j < units; ++j) {
+                const double u = static_cast<double>(interleaved ? f[2 * j] : f[j]);
+                const double gate = static_cast<double>(interleaved ? f[2 * j + 1] : f[units + j]);
+                mass_[j] += std::abs(u * gate / (1 + std::exp(-gate)));
+                if (gate > 0) {
+                    ever_[static_cast<std::size_t>(j)] = 1;
+                    ++active;
+                }
             }
+            active_share_ += static_cast<double>(active) / static_cast<double>(units);
         }
-        active_share_ += static_cast<double>(active) / static_cast<double>(u.size());
     }
 
     layer_statistics finish() const {
@@ -93,30 +109,23 @@ public:
         const Eigen::VectorXd lambda = eig.eigenvalues().cwiseMax(0.0);
         const double total = lambda.sum();
         s.participation_ratio = total > 0 ? total * total / lambda.squaredNorm() : 0;
-        const Eigen::VectorXd sigma = lambda.cwiseSqrt();
-        double entropy = 0;
-        for (const double v : sigma)
-            if (v > 0) entropy -= v / sigma.sum() * std::log(v / sigma.sum());
-        s.effective_rank = sigma.sum() > 0 ? std::exp(entropy) : 0;
+        s.effective_rank = total > 0 ? std::exp(detail::entropy_of_shares(lambda.cwiseSqrt())) : 0;
         s.cosine_previous = cosine_previous_ / n;
         s.cosine_layer = cosine_layer_ / n;
-        if (dense_) {
-            double ever = 0, mass = 0, h = 0;
-            for (std::size_t j = 0; j < mass_.size(); ++j) ever += ever_[j], mass += mass_[j];
-            for (const double m : mass_)
-                if (m > 0) h -= m / mass * std::log(m / mass);
-            s.mlp_ever_active = ever / static_cast<double>(mass_.size());
+        if (!ever_.empty()) {
+            const auto units = static_cast<double>(ever_.size());
+            s.mlp_ever_active = static_cast<double>(std::count(ever_.begin(), ever_.end(), 1)) / units;
             s.mlp_active_fraction = active_share_ / n;
-            s.mlp_entropy = mass_.size() > 1 && mass > 0 ? h / std::log(static_cast<double>(mass_.size())) : 0;
+            s.mlp_entropy = units > 1 ? detail::entropy_of_shares(mass_) / std::log(units) : 0;
         }
         return s;
     }
 
 private:
     template <class T>
-    static double cosine(std::span<const T> a, std::span<const T> b) {
+    static double cosine(const T* a, const T* b, index_t n) {
         double ab = 0, aa = 0, bb = 0;
-        for (std::size_t i = 0; i < a.size(); ++i) {
+        for (index_t i = 0; i < n; ++i) {
             const double x = static_cast<double>(a[i]), y = static_cast<double>(b[i]);
             ab += x * y, aa += x * x, bb += y * y;
         }
@@ -128,9 +137,8 @@ private:
     double square_ = 0, max_abs_ = 0, cosine_previous_ = 0, cosine_layer_ = 0, active_share_ = 0;
     Eigen::VectorXd sum_;
     Eigen::MatrixXd sum_outer_;  // lower triangle
-    std::vector<char> ever_;
-    std::vector<double> mass_;
-    bool dense_;
+    std::vector<char> ever_;     // per MLP unit (empty for an MoE layer)
+    Eigen::VectorXd mass_;
 };
 
 // Each layer's statistics over `windows` (each a sequence of tokens, all of one length), run
@@ -149,66 +157,45 @@ std::vector<layer_statistics> analyze(const typename Model::context& ctx, const 
     const int sequences = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(batch), windows.size()));
     train::step_workspace<B> ws(ctx, m, sequences, length);
     const index_t rows = ws.rows(), W = ws.x().residual_width();
-    const auto inter_of = [](int width) { return 4 * width; };
 
     std::vector<layer_accumulator> acc;
     m.for_each_block([&](const auto& b) {
         using mlp_saved = typename std::remove_cvref_t<decltype(b)>::mlp_type::saved;
         const bool dense = requires(const mlp_saved& s) { s.fused; };
-        acc.emplace_back(b.layer(), b.width(), dense ? inter_of(b.width()) : 0);
+        acc.emplace_back(b.layer(), b.width(), dense ? 4 * b.width() : 0);
     });
-    const auto swiglu = m.config().mlp;
     std::vector<T> previous(static_cast<std::size_t>(rows * W)), before(static_cast<std::size_t>(rows * W));
     std::vector<int> ids(static_cast<std::size_t>(rows));
-    const auto x = ws.x();
-    const auto seqs = ws.sequence_list();
+    const auto x = ws.x().all();
     const auto copy_stream = [&](std::vector<T>& to) {
-        for (index_t r = 0; r < rows; ++r) std::copy(x.all().row(r), x.all().row(r) + W, to.begin() + static_cast<std::ptrdiff_t>(r * W));
+        for (index_t r = 0; r < rows; ++r) std::copy(x.row(r), x.row(r) + W, to.begin() + static_cast<std::ptrdiff_t>(r * W));
     };
     for (std::size_t first = 0; first < windows.size(); first += static_cast<std::size_t>(sequences)) {
         const std::size_t count = std::min<std::size_t>(static_cast<std::size_t>(sequences), windows.size() - first);
-        for (std::size_t q = 0; q < static_cast<std::size_t>(sequences); ++q)  // a short last batch repeats its first window (not counted)
-            std::copy(windows[first + (q < count ? q : 0)].begin(), windows[first + (q < count ? q : 0)].end(),
-                      ids.begin() + static_cast<std::ptrdiff_t>(q * static_cast<std::size_t>(length)));
+        for (std::size_t q = 0; q < static_cast<std::size_t>(sequences); ++q) {  // a short last batch repeats its first window (not counted)
+            const auto& window = windows[first + (q < count ? q : 0)];
+            std::copy(window.begin(), window.end(), ids.begin() + static_cast<std::ptrdiff_t>(q * static_cast<std::size_t>(length)));
+        }
         for (int t : ids)
             if (t < 0 || t >= m.vocab()) vwt::detail::fail("analyze: token ", t, " is outside the vocabulary [0, ", m.vocab(), ")");
         B::upload(ctx, std::span<const int>(ids), ws.ids());
         B::upload(ctx, ws.host_positions(), ws.positions());
-        const vector_view<const int, typename B::memory> id_view = ws.ids(), positions = ws.positions();
-        m.embedding_layer().forward(ctx, id_view, x);
-        copy_stream(previous);
         const auto counted = static_cast<index_t>(count) * length;
-        m.for_each_block([&](const auto& b) {
-            const auto kept = b.carve_saved(ws.saved_memory(b.layer()), rows);
-            m.resize().template before_layer<B>(ctx, x, b.layer());
-            copy_stream(before);
-            const auto kv_of = [&](std::size_t i) {
-                const auto& q = seqs[i];
-                return kv_rows<T, typename B::memory>{kept.attn.k.rows_range(q.begin, q.begin + q.rows),
-                                                      kept.attn.v.rows_range(q.begin, q.begin + q.rows)};
-            };
-            b.forward(ctx, x, seqs, positions, kv_of, ws.scratch(), &kept);
-            auto& a = acc[static_cast<std::size_t>(b.layer())];
-            const auto units = static_cast<std::size_t>(inter_of(b.width()));
-            for (index_t r = 0; r < counted; ++r) {
-                const std::span<const T> prev(previous.data() + r * W, static_cast<std::size_t>(W)),
-                    in(before.data() + r * W, static_cast<std::size_t>(W)), out(x.all().row(r), static_cast<std::size_t>(W));
-                std::span<const T> u, g;
-                std::vector<T> u_split, g_split;
-                if constexpr (requires { kept.mlp.fused; }) {
-                    const T* f = kept.mlp.fused.row(r);
-                    if (swiglu == swiglu_layout::split) {
-                        u = std::span<const T>(f, units), g = std::span<const T>(f + units, units);
-                    } else {
-                        u_split.resize(units), g_split.resize(units);
-                        for (std::size_t j = 0; j < units; ++j) u_split[j] = f[2 * j], g_split[j] = f[2 * j + 1];
-                        u = u_split, g = g_split;
-                    }
-                }
-                a.add(prev, in, out, u, g);
-            }
-            copy_stream(previous);
-        });
+        train::forward_keeping(
+            ctx, m, ws, ws.ids(), ws.positions(),
+            [&](const auto& b) {
+                // before the first layer, the embedding's stream (its resize only zeroes columns that are zero there)
+                if (b.layer() == 0) copy_stream(previous);
+                copy_stream(before);
+            },
+            [&](const auto& b, const auto& kept) {
+                const T* fused = nullptr;
+                index_t fused_stride = 0;
+                if constexpr (requires { kept.mlp.fused; }) fused = kept.mlp.fused.row(0), fused_stride = kept.mlp.fused.stride();
+                acc[static_cast<std::size_t>(b.layer())].add(counted, W, previous.data(), before.data(), x.row(0), fused, fused_stride,
+                                                             m.config().mlp);
+                copy_stream(previous);
+            });
     }
     std::vector<layer_statistics> out;
     for (const auto& a : acc) out.push_back(a.finish());

@@ -208,6 +208,24 @@ private:
 
 }  // namespace bpe_detail
 
+// Bytes that arrive in pieces (a token's at a time), handed on as whole UTF-8 characters: push
+// returns what is complete, holding back the start of a character whose other bytes have not come;
+// finish returns what is held.
+class utf8_assembler {
+public:
+    std::string push(std::string_view bytes) {
+        pending_ += bytes;
+        const std::size_t hold = bpe_detail::pending_tail(pending_);
+        std::string out = pending_.substr(0, pending_.size() - hold);
+        pending_.erase(0, pending_.size() - hold);
+        return out;
+    }
+    std::string finish() { return std::exchange(pending_, {}); }
+
+private:
+    std::string pending_;
+};
+
 class bpe_tokenizer {
 public:
     // GPT-2's pre-tokenizer pattern (ByteLevel with use_regex).
@@ -291,18 +309,12 @@ public:
     class stream_decoder {
     public:
         explicit stream_decoder(const bpe_tokenizer& t) : t_(&t) {}
-        std::string push(int id) {
-            pending_ += t_->bytes_of(id);
-            const std::size_t hold = bpe_detail::pending_tail(pending_);
-            std::string out = pending_.substr(0, pending_.size() - hold);
-            pending_.erase(0, pending_.size() - hold);
-            return out;
-        }
-        std::string finish() { return std::exchange(pending_, {}); }
+        std::string push(int id) { return characters_.push(t_->bytes_of(id)); }
+        std::string finish() { return characters_.finish(); }
 
     private:
         const bpe_tokenizer* t_;
-        std::string pending_;
+        utf8_assembler characters_;
     };
 
 private:

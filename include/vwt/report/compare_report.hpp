@@ -68,12 +68,7 @@ inline std::string compare_report_markdown(const compare_report_input& in) {
        << "|---|---|---|---|---|---|---|\n";
     for (int m = 0; m < 2; ++m) {
         const auto& e = j[experiments::compared_model_slug(m)];
-        std::string widths;
-        for (int w : r.schedules[m].widths) {
-            if (!widths.empty()) widths += ' ';
-            widths += std::to_string(w);
-        }
-        md << "| " << experiments::compared_model_name(m) << " | " << widths << " | " << e["params"].get<long long>() << " | "
+        md << "| " << experiments::compared_model_name(m) << " | " << joined(r.schedules[m].widths) << " | " << e["params"].get<long long>() << " | "
            << detail::fixed(e["flops_per_token"].get<double>(), 0) << " | " << e["kv_bytes_per_token"].get<long long>() << " | "
            << detail::fixed(e["final_validation_loss_mean"].get<double>(), 4) << " ± "
            << detail::fixed(e["final_validation_loss_std"].get<double>(), 4) << " | "

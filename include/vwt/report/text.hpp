@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace vwt::report {
 
@@ -21,6 +22,16 @@ inline std::string xml_text(std::string_view text) {
             case '\'': out += "&apos;"; break;
             default: out += c;
         }
+    }
+    return out;
+}
+
+// Integers as text with `separator` between them ("208 152 104").
+inline std::string joined(const std::vector<int>& values, char separator = ' ') {
+    std::string out;
+    for (const int v : values) {
+        if (!out.empty()) out += separator;
+        out += std::to_string(v);
     }
     return out;
 }

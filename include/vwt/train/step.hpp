@@ -112,6 +112,39 @@ private:
     std::vector<sequence_rows> sequences_rows_;
 };
 
+// The forward of a training step over `ids` at `positions` (already in the workspace's memory): the
+// embedding, then every block after its residual resize, keeping what backward needs in `ws`; the
+// residual stream ends in ws.x(). `before_block(block)` runs after the block's resize and
+// `after_block(block, kept)` after the block (analysis reads the activations there).
+struct no_block_hook {
+    template <class... A>
+    void operator()(const A&...) const {}
+};
+template <class Model, class BeforeBlock = no_block_hook, class AfterBlock = no_block_hook>
+void forward_keeping(const typename Model::context& ctx, const Model& m, step_workspace<typename Model::backend>& ws,
+                     vector_view<const int, typename Model::backend::memory> ids,
+                     vector_view<const int, typename Model::backend::memory> positions, BeforeBlock&& before_block = {},
+                     AfterBlock&& after_block = {}) {
+    using B = typename Model::backend;
+    using T = typename B::compute_type;
+    const index_t rows = ws.rows();
+    const auto x = ws.x();
+    const auto seqs = ws.sequence_list();
+    m.embedding_layer().forward(ctx, ids, x);
+    m.for_each_block([&](const auto& b) {
+        const auto kept = b.carve_saved(ws.saved_memory(b.layer()), rows);
+        m.resize().template before_layer<B>(ctx, x, b.layer());
+        before_block(b);
+        const auto kv_of = [&](std::size_t i) {
+            const auto& q = seqs[i];
+            return kv_rows<T, typename B::memory>{kept.attn.k.rows_range(q.begin, q.begin + q.rows),
+                                                  kept.attn.v.rows_range(q.begin, q.begin + q.rows)};
+        };
+        b.forward(ctx, x, seqs, positions, kv_of, ws.scratch(), &kept);
+        after_block(b, kept);
+    });
+}
+
 // Adds d(mean loss)/d(params) over the batch's B*T predictions into `grads` (bound from a buffer
 // laid out like the parameters) and returns that mean loss. `ctx` sets the threads (or stream).
 // An MoE model's objective adds router_aux_loss_coef times the sum of its layers' auxiliary
@@ -145,18 +178,7 @@ double loss_and_gradient(const typename Model::context& ctx, const Model& m, con
     const auto seqs = ws.sequence_list();
     const auto& resize = m.resize();
 
-    // forward, keeping each layer's activations
-    m.embedding_layer().forward(ctx, ids, x);
-    m.for_each_block([&](const auto& b) {
-        const auto kept = b.carve_saved(ws.saved_memory(b.layer()), rows);
-        resize.template before_layer<B>(ctx, x, b.layer());
-        const auto kv_of = [&](std::size_t i) {
-            const auto& q = seqs[i];
-            return kv_rows<T, typename B::memory>{kept.attn.k.rows_range(q.begin, q.begin + q.rows),
-                                                  kept.attn.v.rows_range(q.begin, q.begin + q.rows)};
-        };
-        b.forward(ctx, x, seqs, positions, kv_of, ws.scratch(), &kept);
-    });
+    forward_keeping(ctx, m, ws, ids, positions);
     m.head_layer().forward(ctx, x.all().as_const(), ws.head_in(), ws.logits());
     m.head_layer().loss(ctx, ws.logits(), targets, T(1.0 / static_cast<double>(rows)), ws.losses());  // logits -> d(loss)/d(logits)
     B::download(ctx, vector_view<const double, typename B::memory>(ws.losses()), ws.host_losses());
