@@ -78,7 +78,7 @@ struct gemm_shape {
 std::vector<gemm_shape> prefill_shapes(const vwt::dynamic_schedule& s) {
     std::vector<gemm_shape> shapes;
     for (int i = 0; i < s.layers(); ++i) {
-        const auto lp = vwt::layer_param_count(s.dims, s.width(i));
+        const auto lp = vwt::layer_param_count(s, i);
         const int w = s.width(i), qkv = static_cast<int>((lp.attention - static_cast<vwt::count_t>(w) * w) / w);
         const int inter = static_cast<int>(lp.mlp / (3 * static_cast<vwt::count_t>(w)));
         shapes.push_back({prefill_tokens, qkv, w});

@@ -93,7 +93,7 @@ const static_xformer& bench_static_model() {
 double prefill_flops(const vwt::dynamic_schedule& s, int T) {
     double flops = 0;
     for (int i = 0; i < s.layers(); ++i) {
-        const auto lp = vwt::layer_param_count(s.dims, s.width(i));
+        const auto lp = vwt::layer_param_count(s, i);
         flops += 2.0 * (lp.attention + lp.mlp_active) * T + 4.0 * s.width(i) * (T * (T + 1) / 2.0);
     }
     return flops + 2.0 * s.dims.hidden * s.dims.vocab;  // logits of the last token only

@@ -244,7 +244,11 @@ TEST_CASE("model directories: bad configs and mismatched tensors are named") {
         rejects_config([](auto& j) { j.erase("normalization_function"); }, "(the default of the authors' format)");
         rejects_config([](auto& j) { j["position_embedding_type"] = "learned_absolute"; }, "vwt implements rope");
         rejects_config([](auto& j) { j["rope_scaling"] = {{"type", "linear"}}; }, "RoPE scaling is not implemented");
-        rejects_config([](auto& j) { j["wide_unembedding"] = true; }, "wide_unembedding is not implemented");
+        rejects_config([](auto& j) { j["wide_unembedding"] = true; }, "wide_unembedding needs original_output_width false");
+        rejects_config([](auto& j) { j["fixed_residual_width"] = true, j["original_input_width"] = false; },
+                       "fixed_residual_width needs original_input_width");
+        rejects_config([](auto& j) { j["embedding_width"] = 8; }, "field 'embedding_width' is 8");
+        rejects_config([](auto& j) { j["original_output_width"] = false; }, "field 'unembedding_width' is");
         rejects_config([](auto& j) { j["vwt_mlp_layout"] = "interleaved"; }, "disagree");
     }
     SECTION("malformed JSON numbers and nesting are errors, not crashes") {
@@ -265,6 +269,7 @@ TEST_CASE("model directories: bad configs and mismatched tensors are named") {
         j["num_layers"] = 4000;
         j["hidden_size"] = 65536;
         j["widths"] = std::vector<int>(4000, 65536);
+        j["embedding_width"] = j["unembedding_width"] = 65536;
         j["sequence_mixer_blocks"] = std::vector<nlohmann::ordered_json>(4000, j["sequence_mixer_blocks"][0]);
         auto mlp = j["mlp_blocks"][0];
         mlp["intermediate_size"] = 4 * 65536;

@@ -222,3 +222,95 @@ TEST_CASE("explicit width lists") {
     const vwt::dynamic_schedule narrow({2, 64, 4, 4, 256, 128, {}}, {32, 48});
     CHECK(narrow.residual_width == 64);  // the embedding's h columns still live in the buffer
 }
+
+TEST_CASE("stream variants reproduce the authors' solver") {
+    // solve_hparams' compute_base_width / solve_geometric_factors_for_bottleneck_ratio with
+    // constant_residual_stream, original_input_width, original_output_width and wide_unembedding,
+    // and WidthVaryingConfig's width loop, run once with their code.
+    struct variant {
+        const char* name;
+        vwt::stream_dims stream;
+        vwt::schedule_spec spec;
+        int base;
+        std::vector<int> widths;
+    };
+    const auto d200 = vwt::presets::dense_200m;
+    auto explicit_09 = d200;
+    explicit_09.kind = vwt::shape::geometric;
+    explicit_09.expansion = 0.9;
+    auto arithmetic = d200;
+    arithmetic.kind = vwt::shape::arithmetic;
+    arithmetic.delta = -0.05;
+    auto asymmetric = d200;
+    asymmetric.symmetric = false;
+    auto tiny = small(8, 256, 6, 0.25);
+    const vwt::stream_dims fixed{true, true, true, false}, narrow_in{false, false, true, false},
+        narrow_out{false, true, false, false}, narrow_both{false, false, false, false}, wide{false, true, false, true},
+        wide_narrow_in{false, false, false, true};
+    const std::vector<variant> variants = {
+        {"constant residual", fixed, d200, 1335, {1344, 1120, 928, 800, 672, 544, 448, 384, 320, 288, 224, 192, 320, 512, 832, 1344}},
+        {"original_input_width false", narrow_in, d200, 925,
+         {928, 800, 704, 608, 512, 448, 384, 352, 288, 256, 224, 192, 288, 416, 640, 928}},
+        {"original_output_width false", narrow_out, d200, 924,
+         {928, 800, 704, 608, 512, 448, 384, 352, 288, 256, 224, 192, 288, 416, 608, 928}},
+        {"both false", narrow_both, d200, 834, {832, 736, 640, 544, 480, 416, 384, 320, 288, 256, 224, 192, 288, 416, 576, 832}},
+        {"wide_unembedding (x: the widest is w_L)", wide, d200, 924,
+         {928, 800, 704, 608, 512, 448, 384, 352, 288, 256, 224, 192, 288, 416, 608, 928}},
+        {"wide_unembedding, narrow input", wide_narrow_in, d200, 834,
+         {832, 736, 640, 544, 480, 416, 384, 320, 288, 256, 224, 192, 288, 416, 576, 832}},
+        {"constant residual, explicit expansion 0.9 (legacy solve)", fixed, explicit_09, 1034,
+         {1024, 928, 832, 768, 672, 608, 544, 480, 448, 416, 352, 320, 448, 576, 768, 1024}},
+        {"constant residual, arithmetic", fixed, arithmetic, 862,
+         {864, 832, 768, 736, 704, 640, 608, 576, 512, 480, 416, 384, 512, 640, 736, 864}},
+        {"original_output_width false, explicit expansion 0.9", narrow_out, explicit_09, 864,
+         {864, 768, 704, 640, 576, 512, 448, 416, 384, 320, 288, 256, 352, 480, 640, 864}},
+        {"wide_unembedding, asymmetric (the widest is w_1)", wide, asymmetric, 1024,
+         {1024, 864, 768, 640, 544, 480, 416, 352, 288, 256, 224, 192, 224, 256, 288, 352}},
+        {"original_output_width false, asymmetric", narrow_out, asymmetric, 1588,
+         {1600, 1312, 1088, 896, 736, 608, 512, 416, 352, 288, 224, 192, 224, 288, 352, 416}},
+        {"constant residual, asymmetric", fixed, asymmetric, 1801,
+         {1792, 1472, 1184, 992, 800, 640, 544, 448, 352, 288, 224, 192, 224, 288, 352, 448}},
+        {"small constant residual", fixed, tiny, 504, {504, 336, 224, 144, 96, 64, 176, 504}},
+        {"small wide_unembedding, narrow input", wide_narrow_in, tiny, 414, {416, 288, 200, 136, 96, 64, 160, 416}},
+    };
+    for (auto v : variants) {
+        CAPTURE(v.name);
+        v.spec.dims.stream = v.stream;
+        CHECK(vwt::solve_plan(v.spec).base_width == v.base);
+        CHECK(widths_of(vwt::make_schedule(v.spec)) == v.widths);
+    }
+}
+
+TEST_CASE("stream variants: the parameter count the solver matches, the tensors a checkpoint holds") {
+    auto spec = small(8, 256, 6, 0.25);
+    SECTION("constant residual: K h w_i per layer, within rounding of the uniform model") {
+        spec.dims.stream.fixed_width = true;
+        const auto s = vwt::make_schedule(spec);
+        const auto r = vwt::compare_with_uniform(s);
+        CHECK(r.model.params.matched == Approx(r.uniform.params.matched).epsilon(0.02));
+        long long layers = 0;
+        for (int w : s.widths) layers += 16LL * 256 * w;
+        CHECK(r.model.params.matched == Approx(2.0 * 256 * 256 + static_cast<double>(layers)));
+        // every tensor of layer i reads or writes h columns; norms of size h; ln_f of size h
+        const auto lp = vwt::layer_param_count(s, 3);
+        CHECK(lp.attention == 256LL * 3 * s.width(3) + s.width(3) * 256LL);
+        CHECK(lp.mlp == 256LL * 8 * s.width(3) + 4LL * s.width(3) * 256);
+        CHECK(lp.norms == 2 * 256);
+        CHECK(r.model.params.final_norm == 256);
+    }
+    SECTION("narrow input and wide output: the embeddings' widths") {
+        spec.dims.stream = {false, false, false, true};
+        spec.symmetric = false;
+        const auto s = vwt::make_schedule(spec);
+        const auto r = vwt::account(s);
+        CHECK(r.params.embedding == 256LL * s.width(0));
+        CHECK(r.params.head == 256LL * s.max_width);
+        CHECK(r.params.final_norm == s.width(7));
+    }
+    SECTION("the authors' combinations only") {
+        spec.dims.stream = {true, false, true, false};
+        CHECK_THROWS_WITH(vwt::make_schedule(spec), Catch::Matchers::Contains("fixed_residual_width needs"));
+        spec.dims.stream = {false, true, true, true};
+        CHECK_THROWS_WITH(vwt::make_schedule(spec), Catch::Matchers::Contains("wide_unembedding needs original_output_width false"));
+    }
+}

@@ -1,5 +1,6 @@
 // The training backward pass against central finite differences, in double precision, for
-// x-shaped, diamond, uniform and GQA models, both parametrisations and both resize methods; and
+// x-shaped, diamond, uniform and GQA models, both parametrisations, both resize methods and the
+// stream variants (constant residual, narrow input/output, wide unembedding); and
 // the training forward's loss against the inference model's logits.
 #include <catch2/catch.hpp>
 
@@ -18,6 +19,7 @@ struct grad_case {
 
 std::vector<grad_case> cases() {
     const auto dims = [](int L, int h, int H, int Hkv) { return vwt::model_dims{L, h, H, H ? Hkv : 0, 13, 16, {}}; };
+    const auto variant = [](vwt::model_dims d, vwt::stream_dims s) { return d.stream = s, d; };
     return {
         {"x shape, muP, move_up", vwt::dynamic_schedule(dims(4, 16, 2, 2), {24, 8, 12, 24}), false, vwt::resize_method::move_up},
         {"narrow ends (w_1, w_L < h), muP, move_up", vwt::dynamic_schedule(dims(3, 16, 2, 2), {12, 24, 8}), false,
@@ -25,6 +27,15 @@ std::vector<grad_case> cases() {
         {"narrow ends, zero resize", vwt::dynamic_schedule(dims(3, 16, 2, 2), {12, 24, 8}), false, vwt::resize_method::zero},
         {"uniform, standard (Llama-style)", vwt::dynamic_schedule(dims(2, 16, 2, 2), {16, 16}), true, vwt::resize_method::move_up},
         {"x shape, GQA 4/2", vwt::dynamic_schedule(dims(3, 16, 4, 2), {24, 8, 16}), false, vwt::resize_method::move_up},
+        // the stream variants (the authors' config flags)
+        {"constant residual (fixed_residual_width)", vwt::dynamic_schedule(variant(dims(3, 16, 2, 2), {true, true, true, false}), {24, 8, 12}),
+         false, vwt::resize_method::move_up},
+        {"constant residual, standard, GQA 4/2", vwt::dynamic_schedule(variant(dims(2, 16, 4, 2), {true, true, true, false}), {8, 24}), true,
+         vwt::resize_method::move_up},
+        {"narrow input and output, zero resize", vwt::dynamic_schedule(variant(dims(3, 16, 2, 2), {false, false, false, false}), {12, 24, 8}),
+         false, vwt::resize_method::zero},
+        {"wide unembedding", vwt::dynamic_schedule(variant(dims(3, 16, 2, 2), {false, true, false, true}), {24, 12, 8}), false,
+         vwt::resize_method::move_up},
     };
 }
 

@@ -16,40 +16,44 @@ constexpr int moe_intermediate(const model_dims& d, int width) {
     return static_cast<int>(detail::round_half_even(static_cast<double>(width) * d.moe.intermediate / d.hidden));
 }
 
-// The tensors of one layer of width w (head_dim d = w/H): exactly what a checkpoint holds.
+// The tensors of one layer of width w (head_dim d = w/H) over s stream columns (s = w, or h for a
+// fixed-width stream): exactly what a checkpoint holds.
 struct layer_params {
-    count_t attention = 0;  // c_attn w x (H + 2 Hkv) d, c_proj H d x w
-    count_t mlp = 0;        // dense: c_fc w x 8w, c_proj 4w x w; MoE: router + experts
-    count_t norms = 0;      // ln_1 and ln_2 gains
+    count_t attention = 0;  // c_attn s x (H + 2 Hkv) d, c_proj H d x s
+    count_t mlp = 0;        // dense: c_fc s x 8w, c_proj 4w x s; MoE: router + experts
+    count_t norms = 0;      // ln_1 and ln_2 gains (s each)
     count_t mlp_active = 0; // the part of mlp one token uses (== mlp when dense)
     constexpr count_t total() const { return attention + mlp + norms; }
 };
 
-constexpr layer_params layer_param_count(const model_dims& d, int width) {
-    const count_t w = width;
+template <width_schedule S>
+constexpr layer_params layer_param_count(const S& s, int layer) {
+    const auto& d = s.dims;
+    const int width = s.width(layer);
+    const count_t w = width, cols = stream_width(s, layer);
     const count_t head_dim = width / d.heads;
     layer_params p{};
-    p.attention = w * (d.heads + 2 * d.kv_heads) * head_dim + d.heads * head_dim * w;
+    p.attention = cols * (d.heads + 2 * d.kv_heads) * head_dim + d.heads * head_dim * cols;
     if (d.moe.enabled()) {
         const count_t inter = moe_intermediate(d, width);
         const count_t expert = w * 2 * inter + inter * w;
         p.mlp = w * d.moe.experts + d.moe.experts * expert;
         p.mlp_active = w * d.moe.experts + d.moe.experts_per_token * expert;
     } else {
-        p.mlp = w * 8 * w + 4 * w * w;
+        p.mlp = cols * 8 * w + 4 * w * cols;
         p.mlp_active = p.mlp;
     }
-    p.norms = 2 * w;
+    p.norms = 2 * cols;
     return p;
 }
 
 struct param_counts {
-    count_t embedding = 0;   // wte: V x h
+    count_t embedding = 0;   // wte: V x h (w_1 without original_input_width)
     count_t attention = 0;   // all layers
     count_t mlp = 0;         // all layers, every expert
     count_t norms = 0;       // all layers' ln_1, ln_2
-    count_t final_norm = 0;  // ln_f: w_L
-    count_t head = 0;        // lm_head: h x V (untied)
+    count_t final_norm = 0;  // ln_f: w_L (h for a fixed-width stream)
+    count_t head = 0;        // lm_head: h x V (untied; see unembedding_width)
     count_t active = 0;      // what one token uses (MoE: only its experts)
     double matched = 0;      // the authors' count, the one the solver matches (no norms, no waste)
     constexpr count_t total() const { return embedding + attention + mlp + norms + final_norm + head; }
@@ -77,14 +81,14 @@ constexpr cost_report account(const S& s, accounting_options o = {}) {
     const double ctx = o.context > 0 ? o.context : d.context;
     cost_report r{};
     auto& p = r.params;
-    p.embedding = static_cast<count_t>(d.vocab) * d.hidden;
-    p.head = static_cast<count_t>(d.hidden) * d.vocab;
-    p.final_norm = s.width(s.layers() - 1);
+    p.embedding = static_cast<count_t>(d.vocab) * embedding_width(s);
+    p.head = static_cast<count_t>(unembedding_width(s)) * d.vocab;
+    p.final_norm = final_norm_width(s);
     p.active = p.embedding + p.head + p.final_norm;
     double flops = 2.0 * p.head;
     for (int i = 0; i < s.layers(); ++i) {
         const int w = s.width(i);
-        const auto lp = layer_param_count(d, w);
+        const auto lp = layer_param_count(s, i);
         p.attention += lp.attention;
         p.mlp += lp.mlp;
         p.norms += lp.norms;

@@ -2,7 +2,11 @@
 
 It realises the residual resize explicitly, as the authors' code does: every layer's output is
 kept, a narrower layer takes a truncated copy, a wider one restores each missing coordinate from
-the most recent earlier layer that had it (move_up) or from zeros (zero). It computes in float64.
+the most recent earlier layer that had it (move_up) or from zeros (zero). The stream variants of
+the authors' config (fixed_residual_width: the stream stays at h and each block projects h -> w_i
+-> h; original_input_width / original_output_width false: the embedding has width w_1, the head
+width w_L; wide_unembedding: the head has the widest layer's width) are separate code paths here.
+It computes in float64.
 Weights are drawn with torch's own RNG and written as safetensors by the small writer below, so
 the C++ side reads files it did not write. Usage: vwt_reference.py OUT_DIR
 """
@@ -36,12 +40,24 @@ def write_safetensors(path, tensors, dtype):
 
 class Reference:
     def __init__(self, widths, hidden, heads, kv_heads, vocab, context, mup=True, resize="move_up", seed=0,
-                 init_range=None, moe=None):
+                 init_range=None, moe=None, stream=None):
         """moe: None (dense SwiGLU MLPs) or (experts, experts_per_token, intermediate size at width
         hidden): every MLP a mixture of experts (semantics.md section 6), expert intermediate
-        round(w_i * inter / hidden) with ties to even."""
+        round(w_i * inter / hidden) with ties to even. stream: the authors' flags, a dict with any of
+        fixed_residual_width, original_input_width, original_output_width, wide_unembedding."""
         self.widths, self.h, self.H, self.Hkv, self.V, self.ctx = widths, hidden, heads, kv_heads, vocab, context
         self.moe = moe
+        flags = {"fixed_residual_width": False, "original_input_width": True, "original_output_width": True,
+                 "wide_unembedding": False}
+        flags.update(stream or {})
+        self.flags = flags
+        self.fixed = flags["fixed_residual_width"]
+        self.emb_width = hidden if flags["original_input_width"] else widths[0]
+        if flags["original_output_width"]:
+            self.unemb_width = hidden
+        else:
+            self.unemb_width = max(widths) if flags["wide_unembedding"] else widths[-1]
+        self.final_width = hidden if self.fixed else widths[-1]
         self.mup, self.resize = mup, resize
         self.sdpa = False  # True: torch's scaled_dot_product_attention instead of the written-out softmax
         self.m_emb, self.m_res, self.m_width = (12.0, 0.22, 8.0) if mup else (1.0, 1.0, 1.0)
@@ -53,18 +69,22 @@ class Reference:
         def normal(shape, std):
             return torch.randn(*shape, generator=g, dtype=torch.float64) * std
 
-        self.tensors = [("transformer.wte.weight", normal((vocab, hidden), self.range))]
+        self.tensors = [("transformer.wte.weight", normal((vocab, self.emb_width), self.range))]
         for i, w in enumerate(widths):
             d = w // heads
             sigma = self.range * math.sqrt(hidden / w) if mup else self.range
             wdiv = math.sqrt(self.m_width) if mup else 1.0
+            # fixed_residual_width: the block's inputs read h columns, its outputs write h; the
+            # input projections' std undoes the fan-in correction (x sqrt(w / h)).
+            cols = hidden if self.fixed else w
+            in_std = sigma * math.sqrt(w / hidden) / wdiv if self.fixed and mup else sigma / wdiv
             p = f"transformer.h.{i}."
             # Norm gains away from 1, so that a wrong gain index shows in the logits.
             self.tensors += [
-                (p + "ln_1.weight", 1 + 0.1 * normal((w,), 1.0)),
-                (p + "sequence_mixer.c_attn.weight", normal(((heads + 2 * kv_heads) * d, w), sigma / wdiv)),
-                (p + "sequence_mixer.c_proj.weight", normal((w, heads * d), sigma / wdiv / math.sqrt(2 * L))),
-                (p + "ln_2.weight", 1 + 0.1 * normal((w,), 1.0)),
+                (p + "ln_1.weight", 1 + 0.1 * normal((cols,), 1.0)),
+                (p + "sequence_mixer.c_attn.weight", normal(((heads + 2 * kv_heads) * d, cols), in_std)),
+                (p + "sequence_mixer.c_proj.weight", normal((cols, heads * d), sigma / wdiv / math.sqrt(2 * L))),
+                (p + "ln_2.weight", 1 + 0.1 * normal((cols,), 1.0)),
             ]
             if moe:  # lm_engine's MoE block: one parameter per projection, experts stacked first
                 E, inter = moe[0], self.expert_inter(w)
@@ -75,11 +95,11 @@ class Reference:
                 ]
             else:
                 self.tensors += [
-                    (p + "mlp_block.c_fc.weight", normal((8 * w, w), sigma / wdiv)),
-                    (p + "mlp_block.c_proj.weight", normal((w, 4 * w), sigma / wdiv / math.sqrt(2 * L))),
+                    (p + "mlp_block.c_fc.weight", normal((8 * w, cols), in_std)),
+                    (p + "mlp_block.c_proj.weight", normal((cols, 4 * w), sigma / wdiv / math.sqrt(2 * L))),
                 ]
-        self.tensors += [("transformer.ln_f.weight", 1 + 0.1 * normal((widths[-1],), 1.0)),
-                         ("lm_head.weight", normal((vocab, hidden), self.range))]
+        self.tensors += [("transformer.ln_f.weight", 1 + 0.1 * normal((self.final_width,), 1.0)),
+                         ("lm_head.weight", normal((vocab, self.unemb_width), self.range))]
         self.p = dict(self.tensors)
 
     def round_weights(self, dtype):
@@ -131,7 +151,8 @@ class Reference:
         history = [x]
         causal = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
         for i, w in enumerate(self.widths):
-            x = self.resize_to(x, w, history, self.resize)
+            if not self.fixed:  # a fixed-width stream is never resized
+                x = self.resize_to(x, w, history, self.resize)
             step = {"in": x, "history": list(history)} if trace is not None else None
             d, G = w // self.H, self.H // self.Hkv
             pre = f"transformer.h.{i}."
@@ -168,7 +189,8 @@ class Reference:
         y = self.rmsnorm(x, p["transformer.ln_f.weight"])
         # The resize to the unembedding width is move_up whatever the model's resize method
         # (semantics.md section 2, step 3): a zero-resize model restores [w_L, h) too.
-        y = self.resize_to(y, self.h, history, "move_up")
+        if not self.fixed:
+            y = self.resize_to(y, self.unemb_width, history, "move_up")
         return (y @ p["lm_head.weight"].T) / self.m_width
 
     def expert_inter(self, w):
@@ -215,6 +237,7 @@ class Reference:
                            {"mlp_type": "MLP", "activation_function": "swiglu", "intermediate_size": 4 * w}
                            for w in self.widths],
             **({"moe_intermediate_size": self.moe[2], "router_aux_loss_coef": 0.01} if self.moe else {}),
+            **self.flags, "embedding_width": self.emb_width, "unembedding_width": self.unemb_width,
         }
 
 
@@ -284,6 +307,19 @@ CASES = [
     ("moe_x_top3", [144, 88, 48, 32, 64, 144], 96, 4, 4, True, "move_up", "F32", (6, 3, 64)),
     ("moe_uniform_top1", [96, 96, 96, 96], 96, 4, 4, True, "move_up", "F32", (4, 1, 64)),
     ("moe_x_gqa_top2", [192, 128, 64, 128, 192], 128, 8, 2, True, "move_up", "F32", (5, 2, 96)),
+    # the stream variants (the authors' flags), on schedules no other test uses
+    ("constant_residual", [160, 96, 48, 80, 160], 112, 4, 4, True, "move_up", "F32", None,
+     {"fixed_residual_width": True}),
+    ("constant_residual_gqa_llama", [96, 64, 32, 128], 80, 8, 2, False, "move_up", "F32", None,
+     {"fixed_residual_width": True}),
+    ("narrow_in_out", [56, 120, 40, 72, 104], 88, 4, 4, True, "move_up", "F32", None,
+     {"original_input_width": False, "original_output_width": False}),
+    ("narrow_in_zero_resize", [40, 112, 64, 136, 48], 96, 4, 4, True, "zero", "F32", None,
+     {"original_input_width": False}),
+    ("wide_unembedding", [176, 72, 40, 88, 64], 104, 4, 4, True, "move_up", "F32", None,
+     {"original_output_width": False, "wide_unembedding": True}),
+    ("wide_unembedding_zero_narrow_in", [64, 152, 48, 96, 56], 96, 4, 4, True, "zero", "F32", None,
+     {"original_input_width": False, "original_output_width": False, "wide_unembedding": True}),
 ]
 
 
@@ -291,8 +327,10 @@ def main(out):
     os.makedirs(out, exist_ok=True)
     manifest = []
     g = torch.Generator().manual_seed(1234)
-    for n, (name, widths, h, H, Hkv, mup, resize, dtype, *moe) in enumerate(CASES):
-        ref = Reference(widths, h, H, Hkv, 258, 256, mup=mup, resize=resize, seed=n, moe=moe[0] if moe else None)
+    for n, (name, widths, h, H, Hkv, mup, resize, dtype, *extra) in enumerate(CASES):
+        moe = extra[0] if extra else None
+        stream = extra[1] if len(extra) > 1 else None
+        ref = Reference(widths, h, H, Hkv, 258, 256, mup=mup, resize=resize, seed=n, moe=moe, stream=stream)
         ref.round_weights(dtype)
         d = os.path.join(out, name)
         os.makedirs(d, exist_ok=True)

@@ -33,6 +33,12 @@ void schedule_flags::add_to(CLI::App& app) {
     app.add_option("--permute-seed", permute_seed, "seed of --permute shuffle (Python random.Random)");
     app.add_flag("--permute-all", permute_all, "permute every layer, not only the middle ones");
     app.add_option("--widths", widths, "explicit widths, one per layer (comma separated)")->delimiter(',');
+    app.add_flag("--fixed-residual-width", fixed_residual_width,
+                 "the constant-residual baseline: the stream stays at width h, each block projects h -> w_i -> h");
+    app.add_flag("--narrow-input", narrow_input, "original_input_width false: the embedding has the first layer's width");
+    app.add_flag("--narrow-output", narrow_output, "original_output_width false: the head reads the last layer's width");
+    app.add_flag("--wide-unembedding", wide_unembedding,
+                 "with --narrow-output: the head reads the widest layer's width (the stream's move_up values above w_L)");
 }
 
 schedule_spec schedule_flags::spec(std::string& name) const {
@@ -60,6 +66,10 @@ schedule_spec schedule_flags::spec(std::string& name) const {
     set(experts, s.dims.moe.experts);
     set(experts_per_token, s.dims.moe.experts_per_token);
     set(moe_intermediate, s.dims.moe.intermediate);
+    if (fixed_residual_width) s.dims.stream.fixed_width = true;
+    if (narrow_input) s.dims.stream.original_input_width = false;
+    if (narrow_output) s.dims.stream.original_output_width = false;
+    if (wide_unembedding) s.dims.stream.wide_unembedding = true;
     if (kv_heads) s.dims.kv_heads = *kv_heads;
     else if (heads || preset.empty()) s.dims.kv_heads = s.dims.heads;
     if (shape_name) {

@@ -24,6 +24,7 @@ struct schedule_flags {
     std::string permute = "none";
     std::uint64_t permute_seed = 0;
     bool permute_all = false;
+    bool fixed_residual_width = false, narrow_input = false, narrow_output = false, wide_unembedding = false;
     std::vector<int> widths;
 
     void add_to(CLI::App& app);

@@ -162,7 +162,7 @@ std::vector<layer_statistics> analyze(const typename Model::context& ctx, const 
     m.for_each_block([&](const auto& b) {
         using mlp_saved = typename std::remove_cvref_t<decltype(b)>::mlp_type::saved;
         const bool dense = requires(const mlp_saved& s) { s.fused; };
-        acc.emplace_back(b.layer(), b.width(), dense ? 4 * b.width() : 0);
+        acc.emplace_back(b.layer(), b.stream_width(), dense ? 4 * b.width() : 0);  // a fixed-width stream: h columns
     });
     std::vector<T> previous(static_cast<std::size_t>(rows * W)), before(static_cast<std::size_t>(rows * W));
     std::vector<int> ids(static_cast<std::size_t>(rows));

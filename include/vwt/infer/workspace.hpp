@@ -25,7 +25,7 @@ public:
         : max_rows_(max_rows),
           max_context_(max_context),
           width_(s.residual_width),
-          head_cols_(std::max<index_t>(s.width(s.layers() - 1), s.dims.hidden)),
+          head_cols_(std::max<index_t>(final_norm_width(s), unembedding_width(s))),
           vocab_(s.dims.vocab),
           kv_(kv),
           plan_(ctx, s, {max_rows, max_context, max_rows, false, kv}) {

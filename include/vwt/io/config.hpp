@@ -53,10 +53,12 @@ inline nlohmann::ordered_json config_to_json(const model_config& c, const schedu
             j["bottleneck_ratio"] = generator->bottleneck;
     }
     j["expand_method"] = c.resize == resize_method::move_up ? "move_up" : "zero";
-    j["fixed_residual_width"] = false;
-    j["original_input_width"] = true;
-    j["original_output_width"] = true;
-    j["wide_unembedding"] = false;
+    j["fixed_residual_width"] = s.dims.stream.fixed_width;
+    j["original_input_width"] = s.dims.stream.original_input_width;
+    j["original_output_width"] = s.dims.stream.original_output_width;
+    j["wide_unembedding"] = s.dims.stream.wide_unembedding;
+    j["embedding_width"] = embedding_width(s);
+    j["unembedding_width"] = unembedding_width(s);
     j["init_method"] = c.param == parametrization::mup ? "mup" : "normal";
     j["m_emb"] = c.m_emb;
     j["m_residual"] = c.m_residual;
@@ -284,6 +286,12 @@ inline model_config config_from_json(const nlohmann::json& j, const std::string&
             m.fail("field 'mlp_blocks[", i, "].use_interleaved_weights' differs from layer 0's; vwt needs one layout");
     }
 
+    // The stream variant (validated with the schedule: the authors' combinations only).
+    d.stream.fixed_width = top.boolean_or("fixed_residual_width", false);
+    d.stream.original_input_width = top.boolean_or("original_input_width", true);
+    d.stream.original_output_width = top.boolean_or("original_output_width", true);
+    d.stream.wide_unembedding = top.boolean_or("wide_unembedding", false);
+
     model_config c;
     try {
         c.schedule = dynamic_schedule(d, widths);
@@ -307,14 +315,15 @@ inline model_config config_from_json(const nlohmann::json& j, const std::string&
     // The authors' config stores rope_dim -1 (per-layer head dims); any other value is a partial RoPE.
     if (!top.absent("rope_dim") && top.integer("rope_dim", -1, lim::width) != -1)
         top.fail("field 'rope_dim' is set: a partial RoPE dimension is not implemented (vwt rotates each layer's whole head)");
-    top.require_bool("fixed_residual_width", false, "the constant-residual variant is not implemented");
-    top.require_bool("original_input_width", true, "only original_input_width = true is implemented");
-    top.require_bool("original_output_width", true, "only original_output_width = true is implemented");
-    top.require_bool("wide_unembedding", false, "wide_unembedding is not implemented");
-    if (!top.absent("embedding_width") && top.integer("embedding_width", 1, lim::width) != d.hidden)
-        top.fail("field 'embedding_width' differs from hidden_size; only original_input_width is implemented");
-    if (!top.absent("unembedding_width") && top.integer("unembedding_width", 1, lim::width) != d.hidden)
-        top.fail("field 'unembedding_width' differs from hidden_size; only original_output_width is implemented");
+    // A saved config states the widths the flags derive; they must agree.
+    if (!top.absent("embedding_width") && top.integer("embedding_width", 1, lim::width) != embedding_width(c.schedule))
+        top.fail("field 'embedding_width' is ", top.integer("embedding_width", 1, lim::width), "; original_input_width ",
+                 d.stream.original_input_width ? "true" : "false", " gives ", embedding_width(c.schedule));
+    if (!top.absent("unembedding_width") && top.integer("unembedding_width", 1, lim::width) != unembedding_width(c.schedule))
+        top.fail("field 'unembedding_width' is ", top.integer("unembedding_width", 1, lim::width), "; original_output_width ",
+                 d.stream.original_output_width ? "true" : "false", " and wide_unembedding ", d.stream.wide_unembedding ? "true" : "false",
+                 " give ", unembedding_width(c.schedule));
+
     if (top.absent("tie_word_embeddings") || top.boolean_or("tie_word_embeddings", true))
         top.fail("field 'tie_word_embeddings' is ", top.absent("tie_word_embeddings") ? "absent (tied, lm_engine's default)" : "true",
                  ": tied embeddings are not supported");

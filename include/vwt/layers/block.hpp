@@ -28,6 +28,7 @@ struct block_tensors {
 struct block_hyper {
     int layer = 0;
     int kv_heads = 0;
+    int stream_width = 0;  // the stream columns the block reads and writes: its width, or h (fixed-width stream)
     double attention_scale = 0, m_residual = 1, norm_eps = 1e-5, rope_theta = 10000;
     swiglu_layout mlp = swiglu_layout::split;
     moe_shape moe{};           // MoE layers: the experts; experts == 0 in a dense model
@@ -35,7 +36,8 @@ struct block_hyper {
 };
 
 inline block_hyper hyper_of(const model_config& c, int layer) {
-    block_hyper h{layer, c.schedule.dims.kv_heads, c.attention_scale(layer), c.m_residual, c.norm_eps, c.rope_theta, c.mlp};
+    block_hyper h{layer, c.schedule.dims.kv_heads, stream_width(c.schedule, layer), c.attention_scale(layer), c.m_residual, c.norm_eps,
+                  c.rope_theta, c.mlp};
     if (c.schedule.dims.moe.enabled()) h.moe = moe_shape_of(c.schedule, layer), h.router_aux_coef = c.router_aux_loss_coef;
     return h;
 }
@@ -71,20 +73,30 @@ public:
     block(Width width, const block_hyper& hp, tensors<const typename B::weight_type> w)
         : width_(width),
           layer_(hp.layer),
+          stream_(checked_stream(width, hp)),
           ln_1_{w.ln_1, T(hp.norm_eps)},
           ln_2_{w.ln_2, T(hp.norm_eps)},
           attn_{w.attn, width, hp.kv_heads, T(hp.attention_scale), T(hp.m_residual), rope<B>{hp.rope_theta}},
           mlp_(make_mlp(w.mlp, width, hp)) {}
 
     int width() const { return width_.value(); }
+    // The stream columns it reads and writes: [0, width()), or [0, h) in a fixed-width stream.
+    int stream_width() const { return stream_; }
     int layer() const { return layer_; }
+
+    // The block's columns of the residual stream.
+    mat<T, C> columns(residual_view<T, M> x) const {
+        if constexpr (C == dynamic_extent) return x.all().first_cols(stream_);
+        else return x.layer(width_);
+    }
 
     // Elements of `saved` for `rows` tokens, and its views carved from `memory`.
     index_t saved_elements(index_t rows) const {
-        return 2 * rows * width() + attention_type::saved::elements(rows, width_, attn_.kv_heads) + mlp_type::saved::elements(rows, width_);
+        return 2 * rows * stream_width() + attention_type::saved::elements(rows, width_, attn_.kv_heads) +
+               mlp_type::saved::elements(rows, width_);
     }
     saved carve_saved(vector_view<T, M> memory, index_t rows) const {
-        const index_t w = width(), a = attention_type::saved::elements(rows, width_, attn_.kv_heads);
+        const index_t w = stream_width(), a = attention_type::saved::elements(rows, width_, attn_.kv_heads);
         return {memory.subview(0, rows * w).template as_matrix_of<C>(rows, w),
                 memory.subview(rows * w, rows * w).template as_matrix_of<C>(rows, w),
                 attention_type::saved::carve(memory.subview(2 * rows * w, a), rows, width_, attn_.kv_heads),
@@ -95,8 +107,8 @@ public:
     void forward(const typename B::context& ctx, residual_view<T, M> x, std::span<const sequence_rows> seqs,
                  vector_view<const int, M> positions, KvOf&& kv_of, const layer_scratch<B>& s, const saved* keep = nullptr) const {
         const index_t rows = x.rows();
-        const auto layer = x.layer(width_);
-        const auto normed = s.normed.template as_matrix_of<C>(rows, width());
+        const auto layer = columns(x);
+        const auto normed = s.normed.template as_matrix_of<C>(rows, stream_width());
         if (keep) B::copy(ctx, layer, keep->x_in);
         ln_1_.forward(ctx, layer.as_const(), normed);
         attn_.forward(ctx, normed.as_const(), layer, seqs, positions, kv_of, s, keep ? &keep->attn : nullptr);
@@ -110,9 +122,9 @@ public:
     void backward(const typename B::context& ctx, residual_view<T, M> dx, std::span<const sequence_rows> seqs,
                   vector_view<const int, M> positions, const saved& kept, const layer_scratch<B>& s, tensors<T> grads) const {
         const index_t rows = dx.rows();
-        const auto d_layer = dx.layer(width_);
-        const auto normed = s.normed.template as_matrix_of<C>(rows, width());
-        const auto d_normed = s.d_normed.template as_matrix_of<C>(rows, width());
+        const auto d_layer = columns(dx);
+        const auto normed = s.normed.template as_matrix_of<C>(rows, stream_width());
+        const auto d_normed = s.d_normed.template as_matrix_of<C>(rows, stream_width());
         // MLP: x += res * mlp(rmsnorm(x))
         ln_2_.forward(ctx, kept.x_mid.as_const(), normed);
         mlp_.backward(ctx, normed.as_const(), d_layer.as_const(), kept.mlp, s, d_normed, grads.mlp);
@@ -124,6 +136,14 @@ public:
     }
 
 private:
+    static int checked_stream(Width width, const block_hyper& hp) {
+        const int stream = hp.stream_width > 0 ? hp.stream_width : width.value();
+        if (C != dynamic_extent && stream != width.value())
+            vwt::detail::fail("block ", hp.layer, ": a block of compile-time width ", width.value(), " cannot read ", stream,
+                              " stream columns (a fixed-width stream runs as vwt::model)");
+        return stream;
+    }
+
     // The dense MLP from the layout and the residual multiplier; an MoE MLP also from its shape.
     static mlp_type make_mlp(typename mlp_type::template tensors<const typename B::weight_type> w, Width width, const block_hyper& hp) {
         if constexpr (requires(const mlp_type& m) { m.shape; })
@@ -134,6 +154,7 @@ private:
 
     Width width_;
     int layer_ = 0;
+    int stream_ = 0;
     rmsnorm<B> ln_1_, ln_2_;
     attention_type attn_;
     mlp_type mlp_;

@@ -1,6 +1,7 @@
 // The head: the final RMSNorm over the last layer's width w_L, the resize to the unembedding width
-// h (columns [w_L, h) straight from the residual stream: move_up for every model), lm_head / m_width,
-// and the softmax cross-entropy of training and validation; forward and backward side by side.
+// u (h by default; columns [w_L, u) straight from the residual stream: move_up for every model),
+// lm_head / m_width, and the softmax cross-entropy of training and validation; forward and
+// backward side by side. In a fixed-width stream the final norm is over h columns.
 #pragma once
 
 #include <algorithm>
@@ -14,7 +15,7 @@ namespace vwt {
 template <class E, memory_space M>
 struct head_tensors {
     vector_view<E, M> norm;    // ln_f [w_L]
-    matrix_view<E, M> lm_head; // [V x h]
+    matrix_view<E, M> lm_head; // [V x u]
     static head_tensors bind(const tensor_binder<E, M>& b) {
         return {b.vector("transformer.ln_f.weight"), b.matrix("lm_head.weight")};
     }
@@ -31,12 +32,12 @@ struct head {
 
     tensors<const typename B::weight_type> weights;
     rmsnorm<B> norm;
-    index_t last_width = 0;   // w_L
-    index_t hidden = 0;       // h, the unembedding width
-    residual_resize::column_range from_stream{};  // [w_L, h) when w_L < h
+    index_t last_width = 0;   // the final norm's width: w_L (h in a fixed-width stream)
+    index_t hidden = 0;       // u, the unembedding width
+    residual_resize::column_range from_stream{};  // [w_L, u) when w_L < u
     T inv_width = T(1);       // 1 / m_width
 
-    // Columns of the head's input rows: max(w_L, h).
+    // Columns of the head's input rows: max(w_L, u).
     index_t input_cols() const { return std::max(last_width, hidden); }
 
     // x: [n x W] rows of the residual stream; head_in: [n x input_cols()] (kept for backward);

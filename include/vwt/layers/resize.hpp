@@ -1,6 +1,7 @@
 // The residual resize rule, in one place: which columns a layer sees that the one before it did
 // not have (move_up: their latest values, already in the buffer; zero: zeros), and the resize to
-// the head's width h, which is move_up for every model (semantics.md section 2, step 3).
+// the head's width, which is move_up for every model (semantics.md section 2, step 3). A
+// fixed-width stream never resizes: every block reads and writes the same h columns.
 #pragma once
 
 #include <vector>
@@ -14,16 +15,15 @@ namespace vwt {
 class residual_resize {
 public:
     residual_resize(const dynamic_schedule& s, resize_method method) {
-        // The stream starts at width h after the embedding; a layer wider than the stream before
-        // it grows it.
-        int stream = s.dims.hidden;
+        // The stream starts at the embedding's width; a layer wider than the stream before it grows it.
+        int stream = embedding_width(s);
         for (int i = 0; i < s.layers(); ++i) {
-            const int w = s.width(i);
+            const int w = stream_width(s, i);
             grown_.push_back(method == resize_method::zero && w > stream ? column_range{stream, w} : column_range{});
             stream = w;
         }
-        const int last = s.width(s.layers() - 1);
-        head_ = last < s.dims.hidden ? column_range{last, s.dims.hidden} : column_range{};
+        const int last = final_norm_width(s), head = unembedding_width(s);
+        head_ = last < head ? column_range{last, head} : column_range{};
     }
 
     struct column_range {
@@ -33,7 +33,8 @@ public:
 
     // Columns set to zero before layer i (zero resize only; empty for move_up).
     column_range zeroed_before(int layer) const { return grown_[static_cast<std::size_t>(layer)]; }
-    // Columns the head reads from the stream itself, un-normed: [w_L, h) when w_L < h.
+    // Columns the head reads from the stream itself, un-normed: [w_L, u) when w_L < u, the
+    // unembedding width (h, w_L, or the widest layer's).
     column_range from_stream_to_head() const { return head_; }
 
     template <class B>

@@ -241,8 +241,8 @@ protected:
         const auto& s = config_.schedule;
         head_.weights = head_tensors<const W, M>::bind(b);
         head_.norm = {head_.weights.norm, T(config_.norm_eps)};
-        head_.last_width = s.width(s.layers() - 1);
-        head_.hidden = s.dims.hidden;
+        head_.last_width = final_norm_width(s);
+        head_.hidden = unembedding_width(s);
         head_.from_stream = resize_.from_stream_to_head();
         head_.inv_width = T(1.0 / config_.m_width);
     }
@@ -345,6 +345,7 @@ class static_model : public detail::model_core<B, static_model<B, S>> {
     static constexpr std::size_t L = decltype(S)::static_layers;
     static_assert(L != dynamic, "static_model needs a fixed-size vwt::schedule<L>");
     static_assert(!S.dims.moe.enabled(), "static_model holds dense schedules; an MoE schedule runs as vwt::model");
+    static_assert(!S.dims.stream.fixed_width, "a fixed-width stream (fixed_residual_width) runs as vwt::model");
 
     template <std::size_t I>
     using width_of = fixed_width<S.widths[I], S.dims.heads>;

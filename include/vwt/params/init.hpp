@@ -14,6 +14,8 @@ namespace vwt {
 // The standard deviation each tensor is drawn with (semantics.md section 3).
 // muP: sigma_i = range * sqrt(h / w_i); c_attn, c_fc, the MoE router: sigma_i / sqrt(m_width); both c_proj:
 // sigma_i / sqrt(m_width) / sqrt(2L); wte, lm_head: range. Standard: range, c_proj / sqrt(2L).
+// A fixed-width stream's c_attn and c_fc read h columns, not w_i: the authors undo the fan-in
+// correction there (x sqrt(w_i / h)), so they are drawn with range / sqrt(m_width).
 inline double init_std(const model_config& c, const tensor_info& t) {
     const double L = c.schedule.layers();
     const bool mup = c.param == parametrization::mup;
@@ -28,6 +30,9 @@ inline double init_std(const model_config& c, const tensor_info& t) {
         case tensor_role::norm: return 0.0;
         case tensor_role::attn_in:
         case tensor_role::mlp_in:
+            if (mup && c.schedule.dims.stream.fixed_width)
+                return sigma * std::sqrt(static_cast<double>(c.schedule.width(t.layer)) / c.schedule.dims.hidden) / width_div;
+            return sigma / width_div;
         case tensor_role::router: return sigma / width_div;
         case tensor_role::attn_out:
         case tensor_role::mlp_out: return sigma / width_div / std::sqrt(2.0 * L);

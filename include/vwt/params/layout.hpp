@@ -49,27 +49,29 @@ public:
     explicit parameter_layout(const model_config& c) {
         const auto& s = c.schedule;
         const auto& d = s.dims;
-        add("transformer.wte.weight", {d.vocab, d.hidden}, tensor_role::embedding, -1);
+        add("transformer.wte.weight", {d.vocab, embedding_width(s)}, tensor_role::embedding, -1);
         for (int i = 0; i < s.layers(); ++i) {
             // int64 throughout: every product below fits for widths up to schedule_limits::width.
-            const std::int64_t w = s.width(i), hd = s.head_dim(i), heads = d.heads, kv_heads = d.kv_heads;
+            // cols: the stream columns the block reads and writes (w, or h for a fixed-width stream).
+            const std::int64_t w = s.width(i), cols = stream_width(s, i), hd = s.head_dim(i), heads = d.heads,
+                               kv_heads = d.kv_heads;
             const std::string p = layer_prefix(i);
-            add(p + "ln_1.weight", {w}, tensor_role::norm, i);
-            add(p + "sequence_mixer.c_attn.weight", {(heads + 2 * kv_heads) * hd, w}, tensor_role::attn_in, i);
-            add(p + "sequence_mixer.c_proj.weight", {w, heads * hd}, tensor_role::attn_out, i);
-            add(p + "ln_2.weight", {w}, tensor_role::norm, i);
+            add(p + "ln_1.weight", {cols}, tensor_role::norm, i);
+            add(p + "sequence_mixer.c_attn.weight", {(heads + 2 * kv_heads) * hd, cols}, tensor_role::attn_in, i);
+            add(p + "sequence_mixer.c_proj.weight", {cols, heads * hd}, tensor_role::attn_out, i);
+            add(p + "ln_2.weight", {cols}, tensor_role::norm, i);
             if (d.moe.enabled()) {  // lm_engine's MoE block: one parameter per projection, experts stacked first
                 const std::int64_t E = d.moe.experts, inter = moe_intermediate(d, s.width(i));
                 add(p + "mlp_block.gate.weight", {E, w}, tensor_role::router, i);
                 add(p + "mlp_block.c_fc.weight", {E, 2 * inter, w}, tensor_role::mlp_in, i);
                 add(p + "mlp_block.c_proj.weight", {E, w, inter}, tensor_role::mlp_out, i);
             } else {
-                add(p + "mlp_block.c_fc.weight", {8 * w, w}, tensor_role::mlp_in, i);
-                add(p + "mlp_block.c_proj.weight", {w, 4 * w}, tensor_role::mlp_out, i);
+                add(p + "mlp_block.c_fc.weight", {8 * w, cols}, tensor_role::mlp_in, i);
+                add(p + "mlp_block.c_proj.weight", {cols, 4 * w}, tensor_role::mlp_out, i);
             }
         }
-        add("transformer.ln_f.weight", {s.width(s.layers() - 1)}, tensor_role::norm, -1);
-        add("lm_head.weight", {d.vocab, d.hidden}, tensor_role::head, -1);
+        add("transformer.ln_f.weight", {final_norm_width(s)}, tensor_role::norm, -1);
+        add("lm_head.weight", {d.vocab, unembedding_width(s)}, tensor_role::head, -1);
     }
 
     const std::vector<tensor_info>& tensors() const { return tensors_; }

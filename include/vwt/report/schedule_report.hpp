@@ -47,6 +47,9 @@ inline nlohmann::ordered_json schedule_report_json(const schedule_report_input& 
                     {"experts_per_token", s.dims.moe.experts_per_token},
                     {"intermediate", s.dims.moe.intermediate}};
     j["widths"] = s.widths;
+    j["fixed_residual_width"] = s.dims.stream.fixed_width;
+    j["embedding_width"] = embedding_width(s);
+    j["unembedding_width"] = unembedding_width(s);
     j["base_width"] = in.base_width;
     j["residual_width"] = s.residual_width;
     j["accounting_context"] = in.options.context > 0 ? in.options.context : s.dims.context;
@@ -73,7 +76,7 @@ inline nlohmann::ordered_json schedule_report_json(const schedule_report_input& 
         {"weight_bytes", reduction_percent(c.model.weight_bytes, c.uniform.weight_bytes)}};
     auto& layers = j["per_layer"] = nlohmann::ordered_json::array();
     for (int i = 0; i < s.layers(); ++i) {
-        const auto lp = layer_param_count(s.dims, s.width(i));
+        const auto lp = layer_param_count(s, i);
         layers.push_back({{"layer", i + 1},
                           {"width", s.width(i)},
                           {"head_dim", s.head_dim(i)},
@@ -94,13 +97,16 @@ inline std::string schedule_report_table(const schedule_report_input& in) {
     if (s.dims.moe.enabled())
         o << ", MoE " << s.dims.moe.experts << " experts (top " << s.dims.moe.experts_per_token
           << ", intermediate " << s.dims.moe.intermediate << " at h)";
+    if (s.dims.stream.fixed_width) o << ", fixed-width residual stream (h " << s.dims.hidden << " in every block)";
+    if (embedding_width(s) != s.dims.hidden) o << ", embedding width " << embedding_width(s);
+    if (unembedding_width(s) != s.dims.hidden) o << ", unembedding width " << unembedding_width(s);
     o << "\nbase width " << in.base_width << ", residual width " << s.residual_width << "\n\n";
     char line[256];
     std::snprintf(line, sizeof line, "%5s %6s %8s %14s %14s %10s\n", "layer", "width", "head_dim",
                   "attention", "mlp", "kv/token");
     o << line;
     for (int i = 0; i < s.layers(); ++i) {
-        const auto lp = layer_param_count(s.dims, s.width(i));
+        const auto lp = layer_param_count(s, i);
         std::snprintf(line, sizeof line, "%5d %6d %8d %14lld %14lld %10lld\n", i + 1, s.width(i),
                       s.head_dim(i), static_cast<long long>(lp.attention), static_cast<long long>(lp.mlp),
                       static_cast<long long>(2LL * s.width(i) / s.dims.heads * s.dims.kv_heads));

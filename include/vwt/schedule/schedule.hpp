@@ -25,6 +25,19 @@ struct moe_dims {
     friend constexpr bool operator==(const moe_dims&, const moe_dims&) = default;
 };
 
+// How the residual stream meets the blocks, the embedding and the head: the authors'
+// fixed_residual_width, original_input_width, original_output_width and wide_unembedding.
+struct stream_dims {
+    // The constant-residual baseline: the stream stays at width h; block i reads and writes all h
+    // columns through h -> w_i projections at its inputs and w_i -> h at its outputs.
+    bool fixed_width = false;
+    bool original_input_width = true;   // the embedding has width h (false: w_1)
+    bool original_output_width = true;  // the head reads width h (false: w_L, or see wide_unembedding)
+    bool wide_unembedding = false;      // (original_output_width false) the head reads the widest layer's width
+
+    friend constexpr bool operator==(const stream_dims&, const stream_dims&) = default;
+};
+
 // What a schedule does not change: these are the same for the ><former and its uniform twin.
 struct model_dims {
     int layers = 0;
@@ -34,6 +47,7 @@ struct model_dims {
     int vocab = 0;
     int context = 0;    // max_position_embeddings
     moe_dims moe{};
+    stream_dims stream{};
 
     friend constexpr bool operator==(const model_dims&, const model_dims&) = default;
 };
@@ -73,6 +87,14 @@ constexpr void validate_dims(const model_dims& d) {
         fail("invalid schedule: MoE needs experts (", d.moe.experts, ") in 0..", lim::experts,
              ", 0 < experts_per_token (", d.moe.experts_per_token, ") <= experts and an intermediate size (",
              d.moe.intermediate, ") in 1..", lim::moe_intermediate);
+    // The combinations the authors' WidthVaryingConfig and solver accept.
+    if (d.stream.fixed_width && (d.stream.wide_unembedding || !d.stream.original_input_width || !d.stream.original_output_width))
+        fail("invalid schedule: fixed_residual_width needs original_input_width and original_output_width true and "
+             "wide_unembedding false");
+    if (d.stream.wide_unembedding && d.stream.original_output_width)
+        fail("invalid schedule: wide_unembedding needs original_output_width false");
+    if (d.stream.fixed_width && d.moe.enabled())
+        fail("invalid schedule: fixed_residual_width is not defined for MoE layers (the authors' code refuses it too)");
 }
 
 // The invariants every layer width must meet; the same check runs for fixed and dynamic schedules.
@@ -154,6 +176,26 @@ struct schedule<dynamic> {
 };
 
 using dynamic_schedule = schedule<dynamic>;
+
+// The widths the stream variant derives from a schedule: the columns block i reads and writes (h
+// for a fixed-width stream, else w_i), the embedding's width, the final norm's and the head's.
+template <class S>
+constexpr int stream_width(const S& s, int layer) {
+    return s.dims.stream.fixed_width ? s.dims.hidden : s.width(layer);
+}
+template <class S>
+constexpr int embedding_width(const S& s) {
+    return s.dims.stream.original_input_width ? s.dims.hidden : s.width(0);
+}
+template <class S>
+constexpr int final_norm_width(const S& s) {
+    return stream_width(s, s.layers() - 1);
+}
+template <class S>
+constexpr int unembedding_width(const S& s) {
+    if (s.dims.stream.original_output_width) return s.dims.hidden;
+    return s.dims.stream.wide_unembedding ? s.max_width : s.width(s.layers() - 1);
+}
 
 // Anything with dims, widths and the derived widths: both schedule kinds.
 template <class S>

@@ -88,32 +88,39 @@ constexpr std::optional<int> checked_turn(const model_dims& d, const shape_param
 
 }  // namespace detail
 
-// The parameter count the authors match (solve_hparams' compute_metrics with original input and
-// output width): embeddings 2 h V, K w^2 per layer, minus the "waste" that only ever meets zeros.
+// The parameter count the authors match (solve_hparams' compute_metrics): the embeddings, K w^2 per
+// layer (K h w for a fixed-width stream), minus the "waste" that only ever meets zeros when the
+// embedding or the head keeps width h.
 template <class Widths>
 constexpr double matched_parameter_count(const model_dims& d, const Widths& widths) {
     const auto c = detail::coefficients(d);
+    const auto& st = d.stream;
     const double h = d.hidden;
-    double params = static_cast<double>(d.vocab) * (2.0 * d.hidden);
-    double first = 0, last = 0;
+    double first = 0, last = 0, widest = 0, layers = 0;
     bool seen_first = false;
     for (double w : widths) {
-        params += c.quadratic * w * w + c.gate * w;
+        layers += st.fixed_width ? c.quadratic * h * w + c.gate * h : c.quadratic * w * w + c.gate * w;
         if (!seen_first) { first = w; seen_first = true; }
         last = w;
+        widest = w > widest ? w : widest;
     }
-    if (first > h) params -= 3 * (first - h) * first;
-    if (last > h) params -= c.waste_mlp * last * (last - h);
+    if (st.fixed_width) return static_cast<double>(d.vocab) * (2.0 * d.hidden) + layers;
+    const double in = st.original_input_width ? h : first;
+    const double out = st.original_output_width ? h : st.wide_unembedding ? widest : last;
+    double params = static_cast<double>(d.vocab) * (in + out) + layers;
+    if (st.original_input_width && first > h) params -= 3 * (first - h) * first;
+    if (st.original_output_width && last > h) params -= c.waste_mlp * last * (last - h);
     return params;
 }
 
-// solve_hparams' compute_base_width for a variable residual stream with original input and output
-// width. `legacy` selects the narrower waste correction the authors use when no bottleneck ratio
-// is given (configs written with explicit factors or deltas).
+// solve_hparams' compute_base_width for the stream variant in d.stream. `legacy` selects the
+// narrower waste correction the authors use when no bottleneck ratio is given (configs written
+// with explicit factors or deltas).
 constexpr double base_width(const model_dims& d, const shape_params& s, const rates& r, bool legacy) {
     using namespace detail;
     const auto rel = relative(r);
     const auto c = coefficients(d);
+    const auto& st = d.stream;
     const int k = s.turn;
     const int L = d.layers;
     const double h = d.hidden;
@@ -141,14 +148,25 @@ constexpr double base_width(const model_dims& d, const shape_params& s, const ra
         if (L - k > 0) h_end_mult = end_multiplier(L - k);
     }
 
+    // A fixed-width stream: every layer's count is linear in its width, K h w_i (+ the router's h).
+    if (st.fixed_width) return (p_base - 2 * v * h - c.gate * L * h) / (c.quadratic * h * (s1_grow + s1_shrink));
+
+    // The embeddings' widths as multiples of w_1 (coef_*_w1) or of h (coef_*_h).
+    const double coef_in_w1 = st.original_input_width ? 0 : 1, coef_in_h = st.original_input_width ? 1 : 0;
+    double coef_out_w1 = 0, coef_out_h = 0;
+    if (st.original_output_width) coef_out_h = 1;
+    else if (st.wide_unembedding) coef_out_w1 = h_end_mult > (lam > 1.0 ? lam : 1.0) ? h_end_mult : (lam > 1.0 ? lam : 1.0);
+    else coef_out_w1 = h_end_mult;
+
     const double A = c.quadratic * (s2_grow + s2_shrink);
-    const double B = c.gate * (s1_grow + s1_shrink);
-    const double C = p_base - 2.0 * d.hidden * v;
+    const double B = (coef_in_w1 + coef_out_w1) * v + c.gate * (s1_grow + s1_shrink);
+    const double C = p_base - (coef_in_h + coef_out_h) * h * v;
     const double no_waste = (-B + sqrt(B * B + 4 * A * C)) / (2 * A);
     const double c_end = h_end_mult;
-    const double c_eff = 2.0 * d.hidden * v - p_base;
+    const double c_eff = (coef_in_h + coef_out_h) * h * v - p_base;
 
     if (legacy) {
+        if (!(st.original_input_width && st.original_output_width)) return no_waste;
         const double a_eff = A - 3 - c.waste_mlp * (c_end * c_end);
         const double b_eff = B + h * (3 + c.waste_mlp * c_end);
         const double disc = b_eff * b_eff - 4 * a_eff * c_eff;
@@ -161,10 +179,11 @@ constexpr double base_width(const model_dims& d, const shape_params& s, const ra
         return no_waste;
     }
 
-    // Each endpoint may or may not be wider than h; solve each of the four quadratics and keep the
-    // root whose waste pattern is the one it assumed.
-    for (int input_waste = 0; input_waste < 2; ++input_waste) {
-        for (int output_waste = 0; output_waste < 2; ++output_waste) {
+    // An endpoint kept at width h may or may not be narrower than its layer; solve the quadratic of
+    // each pattern and keep the root whose waste pattern is the one it assumed.
+    const int input_patterns = st.original_input_width ? 2 : 1, output_patterns = st.original_output_width ? 2 : 1;
+    for (int input_waste = 0; input_waste < input_patterns; ++input_waste) {
+        for (int output_waste = 0; output_waste < output_patterns; ++output_waste) {
             double waste_quadratic = 0.0, waste_linear = 0.0;
             if (input_waste) { waste_quadratic += 3 * 1.0; waste_linear += 3 * h * 1.0; }
             if (output_waste) {
@@ -188,8 +207,8 @@ constexpr double base_width(const model_dims& d, const shape_params& s, const ra
             for (int i = 0; i < count; ++i) {
                 const double candidate = roots[i];
                 if (candidate <= 0 || !vwt::detail::is_finite(candidate)) continue;
-                const bool has_input_waste = candidate > h;
-                const bool has_output_waste = candidate * c_end > h;
+                const bool has_input_waste = st.original_input_width && candidate > h;
+                const bool has_output_waste = st.original_output_width && candidate * c_end > h;
                 if (has_input_waste == static_cast<bool>(input_waste) &&
                     has_output_waste == static_cast<bool>(output_waste))
                     return candidate;
