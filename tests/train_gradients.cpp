@@ -36,6 +36,13 @@ std::vector<grad_case> cases() {
          false, vwt::resize_method::zero},
         {"wide unembedding", vwt::dynamic_schedule(variant(dims(3, 16, 2, 2), {false, true, false, true}), {24, 12, 8}), false,
          vwt::resize_method::move_up},
+        // the projecting resizes: a fixed interpolation and a learned map, into layers and the head
+        {"interpolate resize", vwt::dynamic_schedule(dims(4, 16, 2, 2), {24, 8, 12, 20}), false, vwt::resize_method::interpolate},
+        {"interpolate resize, narrow input, wide unembedding",
+         vwt::dynamic_schedule(variant(dims(3, 16, 2, 2), {false, false, false, true}), {8, 24, 12}), false, vwt::resize_method::interpolate},
+        {"linear resize", vwt::dynamic_schedule(dims(4, 16, 2, 2), {24, 8, 12, 8}), false, vwt::resize_method::linear},
+        {"linear resize, standard, narrow input and output",
+         vwt::dynamic_schedule(variant(dims(3, 16, 2, 2), {false, false, false, false}), {8, 24, 12}), true, vwt::resize_method::linear},
     };
 }
 

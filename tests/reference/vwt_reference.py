@@ -100,6 +100,18 @@ class Reference:
                 ]
         self.tensors += [("transformer.ln_f.weight", 1 + 0.1 * normal((self.final_width,), 1.0)),
                          ("lm_head.weight", normal((vocab, self.unemb_width), self.range))]
+        if resize == "linear":  # the authors' linear_layers: an nn.Linear (no bias) wherever the stream widens
+            def uniform(shape):
+                bound = 1 / math.sqrt(shape[1])
+                return (torch.rand(*shape, generator=g, dtype=torch.float64) * 2 - 1) * bound
+            stream = self.emb_width
+            for i, w in enumerate(widths):
+                if w > stream:
+                    self.tensors.append((f"transformer.linear_layers.linear_for_layer{i}.weight", uniform((w, stream))))
+                stream = w
+            if self.final_width < self.unemb_width:
+                self.tensors.append(("transformer.linear_layers.linear_for_unembed.weight",
+                                     uniform((self.unemb_width, self.final_width))))
         self.p = dict(self.tensors)
 
     def round_weights(self, dtype):
@@ -120,11 +132,18 @@ class Reference:
         rot = torch.cat([-x[..., d // 2:], x[..., : d // 2]], -1)
         return x * cos + rot * sin
 
-    def resize_to(self, x, width, history, method):
+    def resize_to(self, x, width, history, method, linear=None):
         """Truncate, or grow: from the most recent earlier state that had each coordinate
-        (method "move_up"), or with zeros (method "zero")."""
+        (method "move_up"), with zeros ("zero"), by torch's linear interpolation of the whole
+        vector ("interpolate") or by the learned matrix `linear` ("linear")."""
         if width <= x.shape[-1]:
             return x[..., :width]
+        if method == "interpolate":
+            flat = x.reshape(-1, 1, x.shape[-1])
+            grown = torch.nn.functional.interpolate(flat, size=width, mode="linear", align_corners=False)
+            return grown.reshape(*x.shape[:-1], width)
+        if method == "linear":
+            return x @ linear.T
         parts, start = [x], x.shape[-1]
         if method == "move_up":
             for cand in reversed(history):
@@ -152,7 +171,7 @@ class Reference:
         causal = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
         for i, w in enumerate(self.widths):
             if not self.fixed:  # a fixed-width stream is never resized
-                x = self.resize_to(x, w, history, self.resize)
+                x = self.resize_to(x, w, history, self.resize, p.get(f"transformer.linear_layers.linear_for_layer{i}.weight"))
             step = {"in": x, "history": list(history)} if trace is not None else None
             d, G = w // self.H, self.H // self.Hkv
             pre = f"transformer.h.{i}."
@@ -190,7 +209,8 @@ class Reference:
         # The resize to the unembedding width is move_up whatever the model's resize method
         # (semantics.md section 2, step 3): a zero-resize model restores [w_L, h) too.
         if not self.fixed:
-            y = self.resize_to(y, self.unemb_width, history, "move_up")
+            y = self.resize_to(y, self.unemb_width, history, "move_up" if self.resize == "zero" else self.resize,
+                               p.get("transformer.linear_layers.linear_for_unembed.weight"))
         return (y @ p["lm_head.weight"].T) / self.m_width
 
     def expert_inter(self, w):
@@ -320,6 +340,13 @@ CASES = [
      {"original_output_width": False, "wide_unembedding": True}),
     ("wide_unembedding_zero_narrow_in", [64, 152, 48, 96, 56], 96, 4, 4, True, "zero", "F32", None,
      {"original_input_width": False, "original_output_width": False, "wide_unembedding": True}),
+    # the parameter-free interpolate resize and the learned linear one (the authors' expand_method)
+    ("interpolate", [144, 56, 32, 88, 120], 104, 4, 4, True, "interpolate", "F32"),  # w_1 > h, grows twice, head grows
+    ("interpolate_narrow_in_wide_out", [48, 136, 40, 104, 64], 96, 4, 4, True, "interpolate", "F32", None,
+     {"original_input_width": False, "original_output_width": False, "wide_unembedding": True}),
+    ("linear", [120, 64, 40, 96, 72], 104, 4, 4, True, "linear", "F32"),
+    ("linear_llama_gqa", [64, 128, 48, 80], 96, 8, 2, False, "linear", "F32", None,
+     {"original_input_width": False}),
 ]
 
 

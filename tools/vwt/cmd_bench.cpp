@@ -125,7 +125,7 @@ void add_bench_command(CLI::App& app) {
             name = o->model;
         } else {
             int base = 0;
-            loaded.config = byte_level_config(o->schedule.build(name, base), false);
+            loaded.config = o->schedule.model(o->schedule.build(name, base), false);
             initialize_parameters(loaded.config, parameter_layout(loaded.config), o->seed, loaded.params);
         }
         const auto& s = loaded.config.schedule;

@@ -40,7 +40,6 @@ void add_model_commands(CLI::App& app) {
             std::string out;
             std::string dtype = "f32", max_shard = "0";
             bool standard = false;
-            std::string resize = "move_up";
         };
         auto o = std::make_shared<options>();
         auto* cmd = app.add_subcommand("init", "write a randomly initialised model directory (config.json + model.safetensors)");
@@ -51,16 +50,13 @@ void add_model_commands(CLI::App& app) {
         cmd->add_option("--max-shard-size", o->max_shard,
                         "split the weights into shards of at most this size (e.g. 2GB) with model.safetensors.index.json; 0: one file");
         cmd->add_flag("--standard", o->standard, "standard parametrisation (multipliers 1, 1/sqrt(d)) instead of muP");
-        cmd->add_option("--resize", o->resize, "residual resize: move_up (the paper) or zero");
         cmd->callback([o] {
             std::string name;
             const auto spec = o->schedule.spec(name);
             int base = 0;
             auto s = o->schedule.build(name, base);
             if (s.dims.vocab < 256) detail::fail("--vocab: the byte tokenizer needs at least 256 ids, got ", s.dims.vocab);
-            auto c = byte_level_config(std::move(s), o->standard);
-            if (o->resize == "zero") c.resize = resize_method::zero;
-            else if (o->resize != "move_up") detail::fail("--resize: unknown method '", o->resize, "' (move_up, zero)");
+            auto c = o->schedule.model(std::move(s), o->standard);
             const parameter_layout layout(c);
             std::vector<float> params;
             initialize_parameters(c, layout, o->seed, params);

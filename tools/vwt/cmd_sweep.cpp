@@ -37,11 +37,13 @@ struct sweep_options {
     device_flags device;
 };
 
-// A shape of the sweep: one of the schedule flags' shapes, or "shuffled" (the x shape with its
-// middle widths in a seeded random order, --permute-seed).
+// A shape of the sweep: one of the schedule flags' shapes, "shuffled" (the x shape with its middle
+// widths in a seeded random order, --permute-seed) or "constant" (the constant-residual baseline:
+// the x shape's widths inside a fixed-width stream, solved for it).
 dynamic_schedule shape_schedule(const schedule_flags& flags, const std::string& shape) {
     auto f = flags;
     if (shape == "shuffled") f.shape_name = "x", f.permute = "shuffle";
+    else if (shape == "constant") f.shape_name = "x", f.permute = "none", f.fixed_residual_width = true;
     else f.shape_name = shape, f.permute = "none";
     std::string name;
     int base = 0;
@@ -104,7 +106,7 @@ void run_sweep(const sweep_options& options) {
                     detail::fail("--out: ", result_file.string(), " is not this sweep's run of ", shape, " (widths ", report::joined(s.widths), ")");
                 progress.note(shape + " seed " + std::to_string(seed) + ": kept from an earlier run");
             } else {
-                auto config = byte_level_config(s, false);
+                auto config = o.schedule.model(s, false);
                 experiments::run_result r;
                 options.device.run([&]<class B>(const typename B::context& ctx) {
                     r = experiments::train_run<B>(ctx, config, tokens, seed, c, false, dir, [&](const train::step_report& st) {
@@ -159,7 +161,8 @@ void add_sweep_command(CLI::App& app) {
     auto o = std::make_shared<sweep_options>();
     auto* cmd = app.add_subcommand("sweep", "train several shapes at one parameter budget, several seeds, resumable, one report");
     o->run.schedule.add_to(*cmd);
-    cmd->add_option("--shapes", o->shapes, "shapes, comma separated: x, diamond, increasing, decreasing, uniform, shuffled (x, middle widths shuffled)")
+    cmd->add_option("--shapes", o->shapes, "shapes, comma separated: x, diamond, increasing, decreasing, uniform, shuffled (x, middle widths shuffled), "
+                    "constant (x in a fixed-width residual stream)")
         ->delimiter(',');
     add_recipe_flags(*cmd, o->run);
     cmd->add_option("--out", o->run.out, "output directory (a sweep there continues)")->required();

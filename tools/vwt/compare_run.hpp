@@ -79,7 +79,7 @@ compare_written run_compare(const typename B::context& ctx, const compare_flags&
     c.sample_tokens = f.sample_tokens;
     c.out = f.out;
     std::filesystem::create_directories(f.out);
-    const auto result = experiments::compare<B>(ctx, x, byte_level_config(x, false), tokens, c, progress);
+    const auto result = experiments::compare<B>(ctx, x, f.schedule.model(x, false), tokens, c, progress);
     report::compare_report_input in{&result, &c, f.data, {}};
     for (int m = 0; m < 2; ++m)
         if (!result.runs[m].empty() && !result.runs[m].front().sample.empty()) in.samples[m].push_back(tok.decode(result.runs[m].front().sample));

@@ -39,6 +39,10 @@ void schedule_flags::add_to(CLI::App& app) {
     app.add_flag("--narrow-output", narrow_output, "original_output_width false: the head reads the last layer's width");
     app.add_flag("--wide-unembedding", wide_unembedding,
                  "with --narrow-output: the head reads the widest layer's width (the stream's move_up values above w_L)");
+    app.add_option("--resize", resize,
+                   "how a wider layer grows the stream: move_up (the paper), zero, interpolate (linear interpolation of the whole "
+                   "vector), linear (a learned map per widening)");
+    app.add_flag("--interpolate-align-corners", align_corners, "--resize interpolate: F.interpolate's align_corners");
 }
 
 schedule_spec schedule_flags::spec(std::string& name) const {
@@ -114,6 +118,17 @@ dynamic_schedule schedule_flags::build(std::string& name, int& base_width) const
     }
     base_width = solve_plan(s).base_width;
     return make_schedule(s);
+}
+
+model_config schedule_flags::model(dynamic_schedule s, bool standard) const {
+    auto c = byte_level_config(std::move(s), standard);
+    bool known = false;
+    for (auto r : {resize_method::move_up, resize_method::zero, resize_method::interpolate, resize_method::linear})
+        if (resize == resize_method_name(r)) c.resize = r, known = true;
+    if (!known) detail::fail("--resize: unknown method '", resize, "' (move_up, zero, interpolate, linear)");
+    if (align_corners && c.resize != resize_method::interpolate) detail::fail("--interpolate-align-corners: needs --resize interpolate");
+    c.interpolate_align_corners = align_corners;
+    return c;
 }
 
 model_config byte_level_config(dynamic_schedule s, bool standard) {

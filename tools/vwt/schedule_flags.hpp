@@ -25,6 +25,8 @@ struct schedule_flags {
     std::uint64_t permute_seed = 0;
     bool permute_all = false;
     bool fixed_residual_width = false, narrow_input = false, narrow_output = false, wide_unembedding = false;
+    std::string resize = "move_up";
+    bool align_corners = false;
     std::vector<int> widths;
 
     void add_to(CLI::App& app);
@@ -33,6 +35,8 @@ struct schedule_flags {
     schedule_spec spec(std::string& name) const;
     // Also honours --widths (an explicit list); returns the base width the solver chose.
     dynamic_schedule build(std::string& name, int& base_width) const;
+    // The byte-level model config of a schedule (below) with --resize.
+    model_config model(dynamic_schedule s, bool standard) const;
 };
 
 // The model config the command line makes for a schedule: muP (or standard) with the byte-level

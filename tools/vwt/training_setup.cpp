@@ -27,7 +27,7 @@ training_setup prepare_training(training_flags f, bool progress) {
     auto s = f.schedule.build(name, base);
     if (f.seq > s.dims.context) detail::fail("--seq: ", f.seq, " is above the model's context of ", s.dims.context);
     if (f.steps < 1) detail::fail("--steps: must be at least 1");
-    auto c = byte_level_config(std::move(s), f.standard);
+    auto c = f.schedule.model(std::move(s), f.standard);
     std::vector<int> tokens;
     if (tok) {
         // the tokenizer's end of text, if it has one, is the model's bos, eos and pad

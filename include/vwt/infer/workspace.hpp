@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "../layers/resize.hpp"
 #include "../layers/scratch.hpp"
 #include "../tensor/residual.hpp"
 
@@ -20,12 +21,17 @@ public:
     // max_rows: tokens of one call (all sequences together); max_context: the longest sequence
     // (its past plus its new tokens); the logits of at most max_rows rows; kv: the dtype of the
     // caches it serves (a bf16 workspace serves caches of either dtype).
-    forward_workspace(const typename B::context& ctx, const dynamic_schedule& s, index_t max_rows, index_t max_context,
+    forward_workspace(const typename B::context& ctx, const model_config& c, index_t max_rows, index_t max_context,
                       kv_dtype kv = kv_dtype::compute)
+        : forward_workspace(ctx, c.schedule, head_input_cols(c), max_rows, max_context, kv) {}
+
+private:
+    forward_workspace(const typename B::context& ctx, const dynamic_schedule& s, index_t head_cols, index_t max_rows,
+                      index_t max_context, kv_dtype kv)
         : max_rows_(max_rows),
           max_context_(max_context),
           width_(s.residual_width),
-          head_cols_(std::max<index_t>(final_norm_width(s), unembedding_width(s))),
+          head_cols_(head_cols),
           vocab_(s.dims.vocab),
           kv_(kv),
           plan_(ctx, s, {max_rows, max_context, max_rows, false, kv}) {
@@ -46,6 +52,7 @@ public:
         sequences_.reserve(16);
     }
 
+public:
     index_t max_rows() const { return max_rows_; }
     index_t max_context() const { return max_context_; }
     // Whether its scratch fits attention over a cache of this dtype.

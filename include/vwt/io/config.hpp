@@ -52,7 +52,10 @@ inline nlohmann::ordered_json config_to_json(const model_config& c, const schedu
         if (generator->kind == shape::x || generator->kind == shape::increasing || generator->kind == shape::decreasing)
             j["bottleneck_ratio"] = generator->bottleneck;
     }
-    j["expand_method"] = c.resize == resize_method::move_up ? "move_up" : "zero";
+    j["expand_method"] = resize_method_name(c.resize);
+    j["interpolate_align_corners"] = c.interpolate_align_corners;
+    j["sinkhorn_iters"] = 0;
+    j["expand_linear_bias"] = false;
     j["fixed_residual_width"] = s.dims.stream.fixed_width;
     j["original_input_width"] = s.dims.stream.original_input_width;
     j["original_output_width"] = s.dims.stream.original_output_width;
@@ -308,7 +311,13 @@ inline model_config config_from_json(const nlohmann::json& j, const std::string&
     c.initializer_range = top.number_or("initializer_range", 0, 1e6, 0.02);
     c.norm_eps = top.number_or("layer_norm_epsilon", 0, 1, 1e-5);
     c.rope_theta = top.number_or("rope_theta", 1, 1e12, 10000.0);
-    c.resize = top.choice("expand_method", "zero", {"move_up", "zero"}) == "move_up" ? resize_method::move_up : resize_method::zero;
+    const auto resize = top.choice("expand_method", "zero", {"move_up", "zero", "interpolate", "linear"});
+    for (auto r : {resize_method::move_up, resize_method::zero, resize_method::interpolate, resize_method::linear})
+        if (resize == resize_method_name(r)) c.resize = r;
+    c.interpolate_align_corners = top.boolean_or("interpolate_align_corners", false);
+    if (!top.absent("sinkhorn_iters") && top.integer("sinkhorn_iters", 0, 1000000) != 0)
+        top.fail("field 'sinkhorn_iters' is set: the Sinkhorn-normalised linear resize is not implemented");
+    top.require_bool("expand_linear_bias", false, "a bias in the linear resize is not implemented");
     top.choice("normalization_function", "layernorm", {"rmsnorm"});
     top.choice("position_embedding_type", "learned_absolute", {"rope"});
     top.require_null("rope_scaling", "RoPE scaling is not implemented");

@@ -23,13 +23,12 @@ model<B> load_model(const std::filesystem::path& dir, const typename B::context&
     checkpoint_weights weights(dir, layout);
     check_whole_items<W>(layout);
     if constexpr (B::memory::host_accessible) {
-        (void)ctx;  // host memory: nothing to upload
         if (const auto in_place = weights.in_place<W>(layout); !in_place.empty())
-            return model<B>(std::move(config), borrowed_parameters<W>{in_place, weights.keep_alive()});
+            return model<B>(std::move(config), borrowed_parameters<W>{in_place, weights.keep_alive()}, ctx);
         typename B::template buffer<W> params(layout.size() / per_item);
         W* at = params.view().data();
         for (const auto& t : layout.tensors()) weights.read(t, at + t.offset / per_item);
-        return model<B>(std::move(config), std::move(params));
+        return model<B>(std::move(config), std::move(params), ctx);
     } else {
         std::vector<W> host(static_cast<std::size_t>(layout.size() / per_item));
         for (const auto& t : layout.tensors()) weights.read(t, host.data() + t.offset / per_item);

@@ -16,8 +16,11 @@ template <class E, memory_space M>
 struct head_tensors {
     vector_view<E, M> norm;    // ln_f [w_L]
     matrix_view<E, M> lm_head; // [V x u]
+    matrix_view<E, M> resize;  // resize_method::linear with w_L < u: the learned [u x w_L]; else empty
     static head_tensors bind(const tensor_binder<E, M>& b) {
-        return {b.vector("transformer.ln_f.weight"), b.matrix("lm_head.weight")};
+        const auto name = linear_resize_name(-1);
+        return {b.vector("transformer.ln_f.weight"), b.matrix("lm_head.weight"),
+                b.layout().find(name) ? b.matrix(name) : matrix_view<E, M>{}};
     }
 };
 
@@ -34,11 +37,19 @@ struct head {
     rmsnorm<B> norm;
     index_t last_width = 0;   // the final norm's width: w_L (h in a fixed-width stream)
     index_t hidden = 0;       // u, the unembedding width
-    residual_resize::column_range from_stream{};  // [w_L, u) when w_L < u
+    residual_resize::column_range from_stream{};  // [w_L, u) when w_L < u (move_up and zero models)
+    // interpolate and linear models with w_L < u: [u x w_L], the normed rows' projection to u
+    matrix_view<const typename B::weight_type, M> projection{};
     T inv_width = T(1);       // 1 / m_width
 
-    // Columns of the head's input rows: max(w_L, u).
-    index_t input_cols() const { return std::max(last_width, hidden); }
+    // Columns of the head's input rows: max(w_L, u), or w_L + u (the normed rows, then their
+    // projection) with a projection.
+    index_t input_cols() const { return projection.empty() ? std::max(last_width, hidden) : last_width + hidden; }
+    // The columns of the head's input that lm_head reads.
+    template <class U>
+    mat<U> unembedding_input(mat<U> head_in) const {
+        return projection.empty() ? head_in.first_cols(hidden) : head_in.cols_range(last_width, last_width + hidden);
+    }
 
     // x: [n x W] rows of the residual stream; head_in: [n x input_cols()] (kept for backward);
     // logits: [n x V].
@@ -46,7 +57,8 @@ struct head {
         norm.forward(ctx, x.first_cols(last_width), head_in.first_cols(last_width));
         if (!from_stream.empty())
             B::copy(ctx, x.cols_range(from_stream.begin, from_stream.end), head_in.cols_range(from_stream.begin, from_stream.end));
-        B::matmul_nt(ctx, head_in.first_cols(hidden), weights.lm_head, logits, inv_width);
+        if (!projection.empty()) B::matmul_nt(ctx, head_in.first_cols(last_width).as_const(), projection, unembedding_input(head_in));
+        B::matmul_nt(ctx, unembedding_input(head_in).as_const(), weights.lm_head, logits, inv_width);
     }
 
     // The next-token cross-entropy of each row: row_losses[r] = -log softmax(logits[r])[targets[r]]
@@ -61,9 +73,15 @@ struct head {
     // reaches). d_head_in: scratch of head_in's shape.
     void backward(const typename B::context& ctx, mat<const T> x, mat<const T> head_in, mat<const T> d_logits,
                   mat<T> d_head_in, mat<T> dx, vector_view<T, M> norm_scratch, tensors<T> grads) const {
-        B::matmul_tn(ctx, d_logits, head_in.first_cols(hidden), grads.lm_head, inv_width, T(1));
-        B::matmul_nn(ctx, d_logits, weights.lm_head, d_head_in.first_cols(hidden), inv_width);
-        if (last_width > hidden) B::fill(ctx, d_head_in.cols_range(hidden, last_width), T(0));
+        B::matmul_tn(ctx, d_logits, unembedding_input(head_in), grads.lm_head, inv_width, T(1));
+        B::matmul_nn(ctx, d_logits, weights.lm_head, unembedding_input(d_head_in), inv_width);
+        if (!projection.empty()) {
+            const auto d_projected = unembedding_input(d_head_in).as_const();
+            if (!grads.resize.empty()) B::matmul_tn(ctx, d_projected, head_in.first_cols(last_width), grads.resize, T(1), T(1));
+            B::matmul_nn(ctx, d_projected, projection, d_head_in.first_cols(last_width));
+        } else if (last_width > hidden) {
+            B::fill(ctx, d_head_in.cols_range(hidden, last_width), T(0));
+        }
         B::fill(ctx, dx, T(0));
         if (!from_stream.empty())
             B::copy(ctx, d_head_in.cols_range(from_stream.begin, from_stream.end), dx.cols_range(from_stream.begin, from_stream.end));

@@ -16,10 +16,24 @@ enum class parametrization {
     standard,  // Llama-style: multipliers 1, attention scale 1/sqrt(d)
 };
 
+// How a layer wider than the stream before it grows the stream (the authors' expand_method). A
+// narrower layer always truncates.
 enum class resize_method {
-    move_up,  // the paper: grown coordinates come back from the last layer that had them
-    zero,     // grown coordinates start at zero
+    move_up,      // the paper: grown coordinates come back from the last layer that had them
+    zero,         // grown coordinates start at zero
+    interpolate,  // the whole vector linearly interpolated to the new width (torch's F.interpolate, mode linear)
+    linear,       // a learned linear map of the whole vector, one per widening (nn.Linear, no bias)
 };
+
+constexpr const char* resize_method_name(resize_method r) {
+    switch (r) {
+        case resize_method::move_up: return "move_up";
+        case resize_method::zero: return "zero";
+        case resize_method::interpolate: return "interpolate";
+        case resize_method::linear: return "linear";
+    }
+    return "";
+}
 
 
 struct model_config {
@@ -32,6 +46,7 @@ struct model_config {
     double norm_eps = 1e-5;
     double rope_theta = 10000.0;
     resize_method resize = resize_method::move_up;
+    bool interpolate_align_corners = false;  // resize_method::interpolate: F.interpolate's align_corners
     // How c_fc's 8w output rows split into the SwiGLU up (u) and gate (g) halves: split (rows
     // [0, 4w) u, [4w, 8w) g, the lm_engine revision the authors use) or interleaved (u, g alternate).
     swiglu_layout mlp = swiglu_layout::split;

@@ -46,6 +46,9 @@ struct model_tensors {
     embedding_tensors<E, M> embedding;
     std::vector<any_block_tensors<E, M>> blocks;
     head_tensors<E, M> head;
+    // The learned resize into each layer (resize_method::linear, where the layer widens the
+    // stream): [w_i x stream before it]; empty elsewhere.
+    std::vector<matrix_view<E, M>> resizes;
 
     // Block b's tensors, as its type takes them.
     template <class Block>
@@ -93,15 +96,16 @@ public:
 
     kv_cache<B> make_cache(int capacity, kv_dtype kv = kv_dtype::compute) const { return kv_cache<B>(config_.schedule, capacity, kv); }
     forward_workspace<B> make_workspace(const context& ctx, index_t max_rows, index_t max_context, kv_dtype kv = kv_dtype::compute) const {
-        return forward_workspace<B>(ctx, config_.schedule, max_rows, max_context, kv);
+        return forward_workspace<B>(ctx, config_, max_rows, max_context, kv);
     }
 
     // Views of every tensor inside `buffer` (laid out like the parameters): gradients, moments.
     template <class E>
     model_tensors<E, M> bind(vector_view<E, M> buffer) const {
         const tensor_binder<E, M> b(layout_, buffer);
-        model_tensors<E, M> t{embedding_tensors<E, M>::bind(b), {}, head_tensors<E, M>::bind(b)};
+        model_tensors<E, M> t{embedding_tensors<E, M>::bind(b), {}, head_tensors<E, M>::bind(b), {}};
         for (int i = 0; i < schedule().layers(); ++i) {
+            t.resizes.push_back(layout_.find(linear_resize_name(i)) ? b.matrix(linear_resize_name(i)) : matrix_view<E, M>{});
             const auto ln_1 = b.vector(layer_prefix(i) + "ln_1.weight"), ln_2 = b.vector(layer_prefix(i) + "ln_2.weight");
             const auto attn = attention_tensors<E, M>::bind(b, i);
             if (schedule().dims.moe.enabled())
@@ -163,7 +167,7 @@ public:
         embedding_.forward(ctx, id_view, x);
         const std::span<const sequence_rows> seq_span(seqs);
         derived().for_each_block([&](const auto& b) {
-            resize_.before_layer<B>(ctx, x, b.layer());
+            enter_layer(ctx, x, b.layer(), ws.scratch().normed);
             b.forward(ctx, x, seq_span, position_view, [&](std::size_t i) { return inputs[i].cache->layer(b.layer()); },
                       ws.scratch());
         });
@@ -186,6 +190,35 @@ public:
         return logits;
     }
 
+    // Before block `layer`: the stream resized to the block's columns (resize()). A projection
+    // copies the columns it reads into `input` (at least rows x from elements; training keeps them
+    // for the backward).
+    void enter_layer(const context& ctx, residual_view<T, M> x, int layer, vector_view<T, M> input) const {
+        if (const auto z = resize_.zeroed_before(layer); !z.empty()) B::fill(ctx, x.all().cols_range(z.begin, z.end), T(0));
+        if (const auto p = resize_.projected_before(layer); !p.empty()) {
+            const auto in = input.as_matrix(x.rows(), p.from);
+            B::copy(ctx, x.all().first_cols(p.from).as_const(), in);
+            B::matmul_nt(ctx, in.as_const(), projections_[static_cast<std::size_t>(layer)], x.all().first_cols(p.to));
+        }
+    }
+    // Its backward: dx, the gradient of the stream after the resize, becomes the gradient before
+    // it. A learned projection's gradient is added into `grad`; `input`: what enter_layer kept;
+    // `scratch`: at least rows x from elements. Zeroed columns pass no gradient to the older values
+    // there; after a projection the columns above its input get none (nothing reads them).
+    void enter_layer_backward(const context& ctx, residual_view<T, M> dx, int layer, vector_view<const T, M> input,
+                              vector_view<T, M> scratch, matrix_view<T, M> grad) const {
+        if (const auto z = resize_.zeroed_before(layer); !z.empty()) B::fill(ctx, dx.all().cols_range(z.begin, z.end), T(0));
+        if (const auto p = resize_.projected_before(layer); !p.empty()) {
+            const index_t rows = dx.rows();
+            const auto d_out = dx.all().first_cols(p.to).as_const();
+            const auto d_in = scratch.as_matrix(rows, p.from);
+            if (!grad.empty()) B::matmul_tn(ctx, d_out, input.as_matrix(rows, p.from), grad, T(1), T(1));
+            B::matmul_nn(ctx, d_out, projections_[static_cast<std::size_t>(layer)], d_in);
+            B::fill(ctx, dx.all().cols_range(p.from, dx.residual_width()), T(0));
+            B::copy(ctx, d_in.as_const(), dx.all().first_cols(p.from));
+        }
+    }
+
     // The same, returning the logits on the host (allocates a workspace: for scoring and tests;
     // sessions reuse theirs).
     std::vector<T> forward(const context& ctx, std::span<const sequence_input<B>> inputs, logits_mode mode = logits_mode::last) const {
@@ -197,7 +230,7 @@ public:
             longest = std::max<index_t>(longest, in.cache->length() + static_cast<index_t>(in.tokens.size()));
             if (in.cache->dtype() != kv_dtype::compute) kv = in.cache->dtype();
         }
-        forward_workspace<B> ws(ctx, config_.schedule, std::max<index_t>(rows, 1), longest, kv);
+        forward_workspace<B> ws(ctx, config_, std::max<index_t>(rows, 1), longest, kv);
         const auto logits = forward(ctx, ws, inputs, mode);
         std::vector<T> host(static_cast<std::size_t>(logits.rows() * logits.cols()));
         B::download(ctx, vector_view<const T, M>(ws.logits_vector(logits.rows())), std::span<T>(host));
@@ -212,22 +245,22 @@ protected:
         own_ = typename B::template buffer<W>(layout_.size() / elements_per_item<W>);
         B::upload(ctx, host_params, own_.view());
         params_ = own_.view();
-        bind_shared();
+        bind_shared(ctx);
     }
     // Parameters already in a buffer of the policy's memory, which the model takes over.
-    model_core(model_config c, typename B::template buffer<W>&& params)
+    model_core(model_config c, typename B::template buffer<W>&& params, const context& ctx)
         : config_(std::move(c)), layout_(config_), own_(std::move(params)), resize_(config_.schedule, config_.resize) {
         check_count(own_.size());
         params_ = own_.view();
-        bind_shared();
+        bind_shared(ctx);
     }
     // Parameters used where they are (host-accessible policies only).
-    model_core(model_config c, borrowed_parameters<W> params)
+    model_core(model_config c, borrowed_parameters<W> params, const context& ctx)
         : config_(std::move(c)), layout_(config_), owner_(std::move(params.owner)), resize_(config_.schedule, config_.resize) {
         static_assert(M::host_accessible, "borrowed parameters live in host memory; this policy's memory is elsewhere");
         check_count(static_cast<std::int64_t>(params.values.size()));
         params_ = vector_view<W, M>(params.values.data(), static_cast<index_t>(params.values.size()));
-        bind_shared();
+        bind_shared(ctx);
     }
 
     void check_count(std::int64_t items) const {
@@ -235,7 +268,8 @@ protected:
         if (items * per_item != layout_.size())
             vwt::detail::fail("model: ", items * per_item, " parameters given, the schedule needs ", layout_.size());
     }
-    void bind_shared() {
+    // `ctx`: where the interpolate resize's matrices are uploaded.
+    void bind_shared(const context& ctx) {
         const tensor_binder<const W, M> b(layout_, params_);
         embedding_ = {embedding_tensors<const W, M>::bind(b), T(config_.m_emb)};
         const auto& s = config_.schedule;
@@ -245,6 +279,45 @@ protected:
         head_.hidden = unembedding_width(s);
         head_.from_stream = resize_.from_stream_to_head();
         head_.inv_width = T(1.0 / config_.m_width);
+        make_projections(ctx, b);
+    }
+    // The projections of the interpolate (fixed matrices, the model's own) and linear (learned,
+    // among the parameters) resizes.
+    void make_projections(const context& ctx, const tensor_binder<const W, M>& b) {
+        const auto& s = config_.schedule;
+        std::vector<residual_resize::projection> wanted;
+        for (int i = 0; i < s.layers(); ++i) wanted.push_back(resize_.projected_before(i));
+        wanted.push_back(resize_.head_projection());
+        projections_.assign(wanted.size(), {});
+        if (resize_.method() == resize_method::linear) {
+            for (std::size_t i = 0; i < wanted.size(); ++i)
+                if (!wanted[i].empty()) projections_[i] = b.matrix(linear_resize_name(i + 1 < wanted.size() ? static_cast<int>(i) : -1));
+        } else if (resize_.method() == resize_method::interpolate) {
+            std::vector<double> all;
+            std::vector<index_t> offsets;
+            for (const auto& p : wanted) {
+                offsets.push_back(static_cast<index_t>(all.size()));
+                if (p.empty()) continue;
+                if (p.from % elements_per_item<W> != 0)
+                    vwt::detail::fail("model: the interpolate resize from width ", p.from, " is not whole blocks of ", elements_per_item<W>,
+                                      " weights (q8 weights need every width to be a multiple of ", elements_per_item<W>, ")");
+                const auto m = interpolation_matrix(p.from, p.to, config_.interpolate_align_corners);
+                all.insert(all.end(), m.begin(), m.end());
+            }
+            std::vector<W> host;
+            if constexpr (std::is_same_v<W, q8_block>) host = convert_elements<W>(std::vector<float>(all.begin(), all.end()));
+            else for (double v : all) host.push_back(W(v));
+            interpolation_ = typename B::template buffer<W>(std::max<index_t>(static_cast<index_t>(host.size()), 1));
+            if (!host.empty()) B::upload(ctx, std::span<const W>(host), interpolation_.view().subview(0, static_cast<index_t>(host.size())));
+            for (std::size_t i = 0; i < wanted.size(); ++i) {
+                const auto& p = wanted[i];
+                if (p.empty()) continue;
+                const index_t items = static_cast<index_t>(p.to) * p.from / elements_per_item<W>;
+                projections_[i] = vector_view<const W, M>(interpolation_.view()).subview(offsets[i] / elements_per_item<W>, items)
+                                      .as_matrix(p.to, p.from / elements_per_item<W>);
+            }
+        }
+        head_.projection = projections_.back();
     }
     model_core(const model_core&) = delete;
     model_core& operator=(const model_core&) = delete;
@@ -268,6 +341,8 @@ protected:
     residual_resize resize_;
     embedding<B> embedding_{};
     head<B> head_{};
+    typename B::template buffer<W> interpolation_;           // resize_method::interpolate's matrices
+    std::vector<matrix_view<const W, M>> projections_;       // per layer, then the head's: empty where none
 };
 
 }  // namespace detail
@@ -298,8 +373,12 @@ public:
     // Parameters copied from the host; taken over in a buffer of the policy's memory; or used where
     // they are (borrowed_parameters, e.g. a mapped checkpoint: see io::load_model).
     model(model_config c, std::span<const W> params, const context& ctx = {}) : core(std::move(c), params, ctx) { make_blocks(); }
-    model(model_config c, typename B::template buffer<W>&& params) : core(std::move(c), std::move(params)) { make_blocks(); }
-    model(model_config c, borrowed_parameters<W> params) : core(std::move(c), std::move(params)) { make_blocks(); }
+    model(model_config c, typename B::template buffer<W>&& params, const context& ctx = {}) : core(std::move(c), std::move(params), ctx) {
+        make_blocks();
+    }
+    model(model_config c, borrowed_parameters<W> params, const context& ctx = {}) : core(std::move(c), std::move(params), ctx) {
+        make_blocks();
+    }
     model(model&&) noexcept = default;
 
     template <class F>

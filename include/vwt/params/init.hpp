@@ -16,6 +16,8 @@ namespace vwt {
 // sigma_i / sqrt(m_width) / sqrt(2L); wte, lm_head: range. Standard: range, c_proj / sqrt(2L).
 // A fixed-width stream's c_attn and c_fc read h columns, not w_i: the authors undo the fan-in
 // correction there (x sqrt(w_i / h)), so they are drawn with range / sqrt(m_width).
+// The learned linear resize is an nn.Linear the authors' muP init does not touch: PyTorch's default,
+// uniform on +-1/sqrt(fan_in) (std 1/sqrt(3 fan_in)), drawn uniform by initialize_parameters.
 inline double init_std(const model_config& c, const tensor_info& t) {
     const double L = c.schedule.layers();
     const bool mup = c.param == parametrization::mup;
@@ -34,13 +36,15 @@ inline double init_std(const model_config& c, const tensor_info& t) {
                 return sigma * std::sqrt(static_cast<double>(c.schedule.width(t.layer)) / c.schedule.dims.hidden) / width_div;
             return sigma / width_div;
         case tensor_role::router: return sigma / width_div;
+        case tensor_role::resize: return 1.0 / std::sqrt(3.0 * static_cast<double>(t.shape.back()));
         case tensor_role::attn_out:
         case tensor_role::mlp_out: return sigma / width_div / std::sqrt(2.0 * L);
     }
     return 0.0;
 }
 
-// Random initialisation from a caller-owned seed: normal(0, init_std) per tensor, norm gains 1.
+// Random initialisation from a caller-owned seed: normal(0, init_std) per tensor (the learned
+// resize: uniform, see init_std), norm gains 1.
 // Each tensor draws from its own generator seeded by (seed, tensor index), so the result does not
 // depend on the order tensors are visited in.
 template <class T>
@@ -56,8 +60,14 @@ void initialize_parameters(const model_config& c, const parameter_layout& layout
             std::seed_seq seq{static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32),
                               static_cast<std::uint32_t>(index)};
             std::mt19937_64 rng(seq);
-            std::normal_distribution<double> normal(0.0, init_std(c, t));
-            for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<T>(normal(rng));
+            if (t.role == tensor_role::resize) {
+                const double bound = 1.0 / std::sqrt(static_cast<double>(t.shape.back()));
+                std::uniform_real_distribution<double> uniform(-bound, bound);
+                for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<T>(uniform(rng));
+            } else {
+                std::normal_distribution<double> normal(0.0, init_std(c, t));
+                for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<T>(normal(rng));
+            }
         }
         ++index;
     }

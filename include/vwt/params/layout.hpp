@@ -10,6 +10,7 @@
 
 #include "../accounting.hpp"
 #include "../error.hpp"
+#include "../layers/resize.hpp"
 #include "../model/config.hpp"
 #include "../tensor/view.hpp"
 #include "../tensor/weight_format.hpp"
@@ -28,6 +29,7 @@ enum class tensor_role {
     mlp_out,     // mlp_block.c_proj (MoE: the experts' c_proj, stacked)
     router,      // MoE: mlp_block.gate
     head,        // lm_head
+    resize,      // resize_method::linear: transformer.linear_layers.linear_for_layer{i} / linear_for_unembed
 };
 
 struct tensor_info {
@@ -50,7 +52,13 @@ public:
         const auto& s = c.schedule;
         const auto& d = s.dims;
         add("transformer.wte.weight", {d.vocab, embedding_width(s)}, tensor_role::embedding, -1);
+        // resize_method::linear: a learned [to x from] map wherever the stream widens, stored with the
+        // layer it feeds (the head's between ln_f and lm_head), so each layer's tensors stay contiguous.
+        const residual_resize resize(s, c.resize);
+        const bool learned = c.resize == resize_method::linear;
         for (int i = 0; i < s.layers(); ++i) {
+            if (const auto p = resize.projected_before(i); learned && !p.empty())
+                add(linear_resize_name(i), {p.to, p.from}, tensor_role::resize, i);
             // int64 throughout: every product below fits for widths up to schedule_limits::width.
             // cols: the stream columns the block reads and writes (w, or h for a fixed-width stream).
             const std::int64_t w = s.width(i), cols = stream_width(s, i), hd = s.head_dim(i), heads = d.heads,
@@ -71,6 +79,8 @@ public:
             }
         }
         add("transformer.ln_f.weight", {final_norm_width(s)}, tensor_role::norm, -1);
+        if (const auto p = resize.head_projection(); learned && !p.empty())
+            add(linear_resize_name(-1), {p.to, p.from}, tensor_role::resize, -1);
         add("lm_head.weight", {d.vocab, unembedding_width(s)}, tensor_role::head, -1);
     }
 

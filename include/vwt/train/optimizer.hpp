@@ -19,7 +19,8 @@ struct adamw_options {
 };
 
 // Per-tensor learning-rate multiplier and whether it decays: muP trains the hidden matrices
-// (c_attn, both c_proj, c_fc, the MoE router) at lr / m_width; embeddings, head and norms at lr.
+// (c_attn, both c_proj, c_fc, the MoE router) at lr / m_width; embeddings, head, norms and the
+// learned linear resize (an nn.Linear the authors do not mark as muP) at lr.
 struct tensor_group {
     double lr_scale = 1.0;
     bool decay = true;

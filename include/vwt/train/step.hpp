@@ -46,6 +46,9 @@ public:
         m.for_each_block([&](const auto& b) {
             saved_offsets_.push_back(activations_);
             activations_ += (b.saved_elements(rows_) + 15) / 16 * 16;
+            // what a projecting resize before the block reads (interpolate and linear resizes)
+            resize_offsets_.push_back(activations_);
+            activations_ += (rows_ * m.resize().projected_before(b.layer()).from + 15) / 16 * 16;
         });
         const index_t residual = rows_ * width_, head = rows_ * head_cols_, logits = rows_ * vocab_;
         memory_ = typename B::template buffer<T>(2 * residual + 2 * head + logits + activations_ + plan.total());
@@ -82,8 +85,13 @@ public:
     // Layer i's kept activations (carved by the block itself, which knows their shapes).
     vector_view<T, M> saved_memory(int layer) const {
         const auto i = static_cast<std::size_t>(layer);
+        return saved_.subview(saved_offsets_[i], resize_offsets_[i] - saved_offsets_[i]);
+    }
+    // The stream columns a projecting resize before layer i read (empty where none).
+    vector_view<T, M> resize_input(int layer) const {
+        const auto i = static_cast<std::size_t>(layer);
         const index_t end = i + 1 < saved_offsets_.size() ? saved_offsets_[i + 1] : activations_;
-        return saved_.subview(saved_offsets_[i], end - saved_offsets_[i]);
+        return saved_.subview(resize_offsets_[i], end - resize_offsets_[i]);
     }
     vector_view<int, M> ids() { return integers_.view().subview(0, rows_); }
     vector_view<int, M> targets() { return integers_.view().subview(rows_, rows_); }
@@ -101,7 +109,7 @@ public:
 private:
     int sequences_;
     index_t length_, rows_, width_ = 0, head_cols_ = 0, vocab_ = 0, activations_ = 0;
-    std::vector<index_t> saved_offsets_;
+    std::vector<index_t> saved_offsets_, resize_offsets_;
     typename B::template buffer<T> memory_;
     typename B::template buffer<int> integers_;
     typename B::template buffer<double> doubles_;  // per-row losses, then the MoE layers' auxiliary losses
@@ -133,7 +141,7 @@ void forward_keeping(const typename Model::context& ctx, const Model& m, step_wo
     m.embedding_layer().forward(ctx, ids, x);
     m.for_each_block([&](const auto& b) {
         const auto kept = b.carve_saved(ws.saved_memory(b.layer()), rows);
-        m.resize().template before_layer<B>(ctx, x, b.layer());
+        m.enter_layer(ctx, x, b.layer(), ws.resize_input(b.layer()));
         before_block(b);
         const auto kv_of = [&](std::size_t i) {
             const auto& q = seqs[i];
@@ -176,7 +184,6 @@ double loss_and_gradient(const typename Model::context& ctx, const Model& m, con
     const vector_view<const int, typename B::memory> ids = ws.ids(), targets = ws.targets(), positions = ws.positions();
     const auto x = ws.x(), dx = ws.dx();
     const auto seqs = ws.sequence_list();
-    const auto& resize = m.resize();
 
     forward_keeping(ctx, m, ws, ids, positions);
     m.head_layer().forward(ctx, x.all().as_const(), ws.head_in(), ws.logits());
@@ -192,8 +199,9 @@ double loss_and_gradient(const typename Model::context& ctx, const Model& m, con
     m.for_each_block_reversed([&](const auto& b) {
         const auto kept = b.carve_saved(ws.saved_memory(b.layer()), rows);
         b.backward(ctx, dx, seqs, positions, kept, ws.scratch(), grads.of(b));
+        m.enter_layer_backward(ctx, dx, b.layer(), ws.resize_input(b.layer()), ws.scratch().d_normed,
+                               grads.resizes.at(static_cast<std::size_t>(b.layer())));
         if (ready) ready(b.layer());
-        resize.template before_layer_backward<B>(ctx, dx, b.layer());
     });
     m.embedding_layer().backward(ctx, dx, ids, grads.embedding);
     if (ready) ready(-2);
