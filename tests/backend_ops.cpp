@@ -343,6 +343,73 @@ TEMPLATE_TEST_CASE("ops: SwiGLU in both layouts and its backward", "[ops]", POLI
         }
 }
 
+TEMPLATE_TEST_CASE("ops: the gaussian resize's padding and its backward", "[ops]", POLICIES) {
+    SKIP_WITHOUT_DEVICE();
+    const index_t rows = 7, from = 10, to = 23, W = 26;
+    const std::vector<int> counters{0, 5, 5, 1000, 3, 70000, 2};  // a repeated counter draws the same noise
+    const auto x = values(rows * W, 40, 1.5), dx = values(rows * W, 41);
+    for (const std::uint64_t key : {std::uint64_t{0}, vwt::detail::gaussian_noise_key(99, 7, 3)})
+        against_oracle<TestType>([&]<class P>(typename P::context ctx) {
+            on<P> X(ctx, x, rows, W, 1), IN(ctx, x, rows, W), DX(ctx, dx, rows, W, 2);
+            typename P::template buffer<int> c(rows);
+            P::upload(ctx, std::span<const int>(counters), c.view());
+            P::gaussian_pad(ctx, X.m(), from, to, c.view(), key);
+            P::gaussian_pad_backward(ctx, IN.m().as_const().first_cols(from), DX.m(), from, to, c.view(), key);
+            return outputs{X.get(), DX.get()};
+        });
+}
+
+TEST_CASE("ops: the gaussian padding draws N(mean, std) of the row; its backward is the derivative (finite differences)") {
+    using B = oracle;
+    const B::context ctx{};
+    const index_t from = 12, to = from + 40000;
+    const auto row = values(from, 42, 2.0);
+    double mean = 0, var = 0;
+    for (double v : row) mean += v / from;
+    for (double v : row) var += (v - mean) * (v - mean) / from;
+    std::vector<double> wide(static_cast<std::size_t>(to), 0.0);
+    std::copy(row.begin(), row.end(), wide.begin());
+    on<B> X(ctx, wide, 1, to);
+    B::buffer<int> counter(1);
+    B::upload(ctx, std::span<const int>(std::vector<int>{17}), counter.view());
+    B::gaussian_pad(ctx, X.m(), from, to, counter.view(), 5);
+    const auto got = X.get();
+    CHECK(std::equal(row.begin(), row.end(), got.begin()));  // the row's own values stay
+    double m = 0, v = 0;
+    const double n = static_cast<double>(to - from);
+    for (index_t c = from; c < to; ++c) m += got[static_cast<std::size_t>(c)] / n;
+    for (index_t c = from; c < to; ++c) v += (got[static_cast<std::size_t>(c)] - m) * (got[static_cast<std::size_t>(c)] - m) / n;
+    const double sd = std::sqrt(var);
+    CHECK(std::abs(m - mean) < 5 * sd / std::sqrt(n));
+    CHECK(std::abs(std::sqrt(v) - sd) < 5 * sd / std::sqrt(2 * n));
+
+    // loss = sum over the padded columns of w_c x_c: its gradient by the first `from` values
+    const index_t small_to = from + 9;
+    const auto weights = values(small_to, 43);
+    const auto loss = [&](const std::vector<double>& r) {
+        std::vector<double> w(static_cast<std::size_t>(small_to), 0.0);
+        std::copy(r.begin(), r.end(), w.begin());
+        on<B> Y(ctx, w, 1, small_to);
+        B::gaussian_pad(ctx, Y.m(), from, small_to, counter.view(), 5);
+        const auto y = Y.get();
+        double l = 0;
+        for (index_t c = from; c < small_to; ++c) l += weights[static_cast<std::size_t>(c)] * y[static_cast<std::size_t>(c)];
+        return l;
+    };
+    std::vector<double> d(static_cast<std::size_t>(small_to), 0.0);
+    for (index_t c = from; c < small_to; ++c) d[static_cast<std::size_t>(c)] = weights[static_cast<std::size_t>(c)];
+    on<B> IN(ctx, row, 1, from), D(ctx, d, 1, small_to);
+    B::gaussian_pad_backward(ctx, IN.m().as_const(), D.m(), from, small_to, counter.view(), 5);
+    const auto grad = D.get();
+    for (index_t c = 0; c < from; ++c) {
+        auto up = row, down = row;
+        up[static_cast<std::size_t>(c)] += 1e-6;
+        down[static_cast<std::size_t>(c)] -= 1e-6;
+        CHECK(grad[static_cast<std::size_t>(c)] == Approx((loss(up) - loss(down)) / 2e-6).margin(1e-6));
+    }
+    for (index_t c = from; c < small_to; ++c) CHECK(grad[static_cast<std::size_t>(c)] == 0.0);  // consumed
+}
+
 TEMPLATE_TEST_CASE("ops: embedding, its backward with repeated ids, cross-entropy", "[ops]", POLICIES) {
     SKIP_WITHOUT_DEVICE();
     const index_t V = 11, h = 6, W = 9, rows = 8;

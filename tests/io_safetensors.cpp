@@ -213,7 +213,8 @@ TEST_CASE("model directories: bad configs and mismatched tensors are named") {
         rejects_config([](auto& j) { j.erase("widths"); }, "missing field 'widths'");
         rejects_config([](auto& j) { j["model_type"] = "llama"; }, "model_type 'llama'");
         rejects_config([](auto& j) { j["hidden_size"] = "ninety-six"; }, "field 'hidden_size' is not an integer");
-        rejects_config([](auto& j) { j["expand_method"] = "gaussian"; }, "field 'expand_method' is 'gaussian'; vwt implements move_up, zero, interpolate, linear");
+        rejects_config([](auto& j) { j["expand_method"] = "conv_diff"; },
+                       "field 'expand_method' is 'conv_diff'; vwt implements move_up, zero, interpolate, linear, gaussian");
         rejects_config([](auto& j) { j["tie_word_embeddings"] = true; }, "tied embeddings are not supported");
         rejects_config([](auto& j) { j.erase("tie_word_embeddings"); }, "absent (tied, lm_engine's default)");
         // Numbers: integers must be integers, in range; nothing wraps or truncates.

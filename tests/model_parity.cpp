@@ -94,7 +94,8 @@ TEST_CASE("a checkpoint in the authors' layout (sharded, bf16, their whole confi
 
 TEST_CASE("incremental decode equals the full forward") {
     for (const char* name : {"x_tiny_l8", "x_gqa", "x_narrow_ends", "x_zero_resize", "moe_x_top3", "moe_x_gqa_top2", "constant_residual",
-                             "wide_unembedding_zero_narrow_in", "interpolate_narrow_in_wide_out", "linear"}) {
+                             "wide_unembedding_zero_narrow_in", "interpolate_narrow_in_wide_out", "linear", "gaussian",
+                             "gaussian_narrow_in_wide_out"}) {
         CAPTURE(name);
         const auto m = load(name);
         std::vector<int> tokens;

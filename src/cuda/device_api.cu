@@ -550,6 +550,23 @@ void api::fill(const state& s, dmatrix x, float value) {
              "fill");
 }
 
+void api::gaussian_pad(const state& s, dmatrix x, index_t from, index_t to, const int* positions, std::uint64_t key) {
+    if (x.rows == 0 || to <= from) return;
+    s.use_device();
+    launched(launch(kernels::gaussian_pad_kernel, blocks_for_threads(x.rows), block_threads, s.stream(), x.data, x.stride, x.rows, from, to,
+                    positions, key),
+             "gaussian_pad");
+}
+
+void api::gaussian_pad_backward(const state& s, const_dmatrix x_in, dmatrix dx, index_t from, index_t to, const int* positions,
+                                std::uint64_t key) {
+    if (dx.rows == 0 || to <= from) return;
+    s.use_device();
+    launched(launch(kernels::gaussian_pad_backward_kernel, blocks_for_threads(dx.rows), block_threads, s.stream(), x_in.data, x_in.stride,
+                    dx.data, dx.stride, dx.rows, from, to, positions, key),
+             "gaussian_pad_backward");
+}
+
 void api::scale(const state& s, float* x, index_t n, float factor) {
     if (n == 0) return;
     s.use_device();

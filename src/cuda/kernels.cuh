@@ -4,6 +4,7 @@
 #pragma once
 
 #include "device.cuh"
+#include "vwt/detail/gaussian_noise.hpp"
 
 namespace vwt::cuda::kernels {
 namespace {
@@ -31,6 +32,44 @@ VWT_KERNEL void copy_kernel(const float* from, index from_stride, float* to, ind
 
 VWT_KERNEL void fill_kernel(float* x, index stride, index rows, index cols, float value) {
     for (index i = first_thread(); i < rows * cols; i += thread_count()) x[(i / cols) * stride + i % cols] = value;
+}
+
+// ---- the gaussian resize (vwt/detail/gaussian_noise.hpp), one thread per row, in double
+
+VWT_DEVICE void row_moments(const float* row, index n, double& mean, double& std) {
+    double sum = 0, squares = 0;
+    for (index c = 0; c < n; ++c) sum += row[c];
+    mean = sum / static_cast<double>(n);
+    for (index c = 0; c < n; ++c) squares += (row[c] - mean) * (row[c] - mean);
+    std = ::sqrt(squares / static_cast<double>(n));
+}
+
+VWT_KERNEL void gaussian_pad_kernel(float* x, index stride, index rows, index from, index to, const int* positions, std::uint64_t key) {
+    for (index r = first_thread(); r < rows; r += thread_count()) {
+        float* row = x + r * stride;
+        double mean = 0, std = 0;
+        row_moments(row, from, mean, std);
+        for (index c = from; c < to; ++c)
+            row[c] = static_cast<float>(mean + std * vwt::detail::gaussian_noise(key, positions[r], static_cast<int>(c)));
+    }
+}
+
+VWT_KERNEL void gaussian_pad_backward_kernel(const float* x_in, index in_stride, float* dx, index stride, index rows, index from, index to,
+                                             const int* positions, std::uint64_t key) {
+    for (index r = first_thread(); r < rows; r += thread_count()) {
+        const float* in = x_in + r * in_stride;
+        float* d = dx + r * stride;
+        double mean = 0, std = 0;
+        row_moments(in, from, mean, std);
+        double d_mean = 0, d_std = 0;
+        for (index c = from; c < to; ++c) {
+            d_mean += d[c];
+            d_std += d[c] * vwt::detail::gaussian_noise(key, positions[r], static_cast<int>(c));
+            d[c] = 0.0f;
+        }
+        const double n = static_cast<double>(from), std_term = std > 0 ? d_std / (n * std) : 0.0;
+        for (index c = 0; c < from; ++c) d[c] += static_cast<float>(d_mean / n + std_term * (in[c] - mean));
+    }
 }
 
 // y = beta y, beta 0 clearing (never reading) what was there: a product with an empty inner dimension.

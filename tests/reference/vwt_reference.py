@@ -38,6 +38,27 @@ def write_safetensors(path, tensors, dtype):
             f.write(b)
 
 
+MASK64 = (1 << 64) - 1
+
+
+def splitmix64(x):
+    x = (x + 0x9E3779B97F4A7C15) & MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
+    return x ^ (x >> 31)
+
+
+def gaussian_noise(seed, place, position, column):
+    """The gaussian resize's standard normal for a token's position and a column, as
+    docs/semantics-decisions.md states it (inference: salt 0; place: the layer, or L for the head)."""
+    key = splitmix64(splitmix64(splitmix64(seed) ^ 0) ^ place)
+    a = splitmix64(key ^ (((position & 0xFFFFFFFF) << 32) | (column & 0xFFFFFFFF)))
+    b = splitmix64(a)
+    u1 = ((a >> 11) + 1) * 2.0 ** -53
+    u2 = (b >> 11) * 2.0 ** -53
+    return math.sqrt(-2 * math.log(u1)) * math.cos(2 * math.pi * u2)
+
+
 class Reference:
     def __init__(self, widths, hidden, heads, kv_heads, vocab, context, mup=True, resize="move_up", seed=0,
                  init_range=None, moe=None, stream=None):
@@ -59,6 +80,7 @@ class Reference:
             self.unemb_width = max(widths) if flags["wide_unembedding"] else widths[-1]
         self.final_width = hidden if self.fixed else widths[-1]
         self.mup, self.resize = mup, resize
+        self.resize_seed = 12345  # the gaussian resize's noise seed
         self.sdpa = False  # True: torch's scaled_dot_product_attention instead of the written-out softmax
         self.m_emb, self.m_res, self.m_width = (12.0, 0.22, 8.0) if mup else (1.0, 1.0, 1.0)
         self.range = init_range if init_range is not None else (0.1 if mup else 0.02)
@@ -132,12 +154,20 @@ class Reference:
         rot = torch.cat([-x[..., d // 2:], x[..., : d // 2]], -1)
         return x * cos + rot * sin
 
-    def resize_to(self, x, width, history, method, linear=None):
+    def resize_to(self, x, width, history, method, linear=None, place=0):
         """Truncate, or grow: from the most recent earlier state that had each coordinate
         (method "move_up"), with zeros ("zero"), by torch's linear interpolation of the whole
-        vector ("interpolate") or by the learned matrix `linear` ("linear")."""
+        vector ("interpolate"), by the learned matrix `linear` ("linear") or with draws from each
+        token's N(mean, std) ("gaussian": the authors' padding, with vwt's noise at `place`)."""
         if width <= x.shape[-1]:
             return x[..., :width]
+        if method == "gaussian":
+            n, T = x.shape[-1], x.shape[-2]
+            mean = x.mean(-1, keepdim=True)
+            std = x.std(-1, keepdim=True, unbiased=False)
+            z = torch.tensor([[gaussian_noise(self.resize_seed, place, t, c) for c in range(n, width)] for t in range(T)],
+                             dtype=x.dtype)
+            return torch.cat([x, mean + std * z], -1)
         if method == "interpolate":
             flat = x.reshape(-1, 1, x.shape[-1])
             grown = torch.nn.functional.interpolate(flat, size=width, mode="linear", align_corners=False)
@@ -171,7 +201,8 @@ class Reference:
         causal = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
         for i, w in enumerate(self.widths):
             if not self.fixed:  # a fixed-width stream is never resized
-                x = self.resize_to(x, w, history, self.resize, p.get(f"transformer.linear_layers.linear_for_layer{i}.weight"))
+                x = self.resize_to(x, w, history, self.resize, p.get(f"transformer.linear_layers.linear_for_layer{i}.weight"),
+                                   place=i)
             step = {"in": x, "history": list(history)} if trace is not None else None
             d, G = w // self.H, self.H // self.Hkv
             pre = f"transformer.h.{i}."
@@ -210,7 +241,7 @@ class Reference:
         # (semantics.md section 2, step 3): a zero-resize model restores [w_L, h) too.
         if not self.fixed:
             y = self.resize_to(y, self.unemb_width, history, "move_up" if self.resize == "zero" else self.resize,
-                               p.get("transformer.linear_layers.linear_for_unembed.weight"))
+                               p.get("transformer.linear_layers.linear_for_unembed.weight"), place=len(self.widths))
         return (y @ p["lm_head.weight"].T) / self.m_width
 
     def expert_inter(self, w):
@@ -258,6 +289,7 @@ class Reference:
                            for w in self.widths],
             **({"moe_intermediate_size": self.moe[2], "router_aux_loss_coef": 0.01} if self.moe else {}),
             **self.flags, "embedding_width": self.emb_width, "unembedding_width": self.unemb_width,
+            **({"vwt_resize_seed": self.resize_seed} if self.resize == "gaussian" else {}),
         }
 
 
@@ -347,6 +379,9 @@ CASES = [
     ("linear", [120, 64, 40, 96, 72], 104, 4, 4, True, "linear", "F32"),
     ("linear_llama_gqa", [64, 128, 48, 80], 96, 8, 2, False, "linear", "F32", None,
      {"original_input_width": False}),
+    ("gaussian", [152, 64, 40, 96, 80], 112, 4, 4, True, "gaussian", "F32"),  # grows into layers 0, 3 and the head
+    ("gaussian_narrow_in_wide_out", [40, 128, 56, 104, 48], 88, 4, 4, True, "gaussian", "F32", None,
+     {"original_input_width": False, "original_output_width": False, "wide_unembedding": True}),
 ]
 
 

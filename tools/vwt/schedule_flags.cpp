@@ -41,7 +41,7 @@ void schedule_flags::add_to(CLI::App& app) {
                  "with --narrow-output: the head reads the widest layer's width (the stream's move_up values above w_L)");
     app.add_option("--resize", resize,
                    "how a wider layer grows the stream: move_up (the paper), zero, interpolate (linear interpolation of the whole "
-                   "vector), linear (a learned map per widening)");
+                   "vector), linear (a learned map per widening), gaussian (draws from each token's mean and standard deviation)");
     app.add_flag("--interpolate-align-corners", align_corners, "--resize interpolate: F.interpolate's align_corners");
 }
 
@@ -123,9 +123,9 @@ dynamic_schedule schedule_flags::build(std::string& name, int& base_width) const
 model_config schedule_flags::model(dynamic_schedule s, bool standard) const {
     auto c = byte_level_config(std::move(s), standard);
     bool known = false;
-    for (auto r : {resize_method::move_up, resize_method::zero, resize_method::interpolate, resize_method::linear})
+    for (auto r : {resize_method::move_up, resize_method::zero, resize_method::interpolate, resize_method::linear, resize_method::gaussian})
         if (resize == resize_method_name(r)) c.resize = r, known = true;
-    if (!known) detail::fail("--resize: unknown method '", resize, "' (move_up, zero, interpolate, linear)");
+    if (!known) detail::fail("--resize: unknown method '", resize, "' (move_up, zero, interpolate, linear, gaussian)");
     if (align_corners && c.resize != resize_method::interpolate) detail::fail("--interpolate-align-corners: needs --resize interpolate");
     c.interpolate_align_corners = align_corners;
     return c;

@@ -104,6 +104,8 @@ concept backend_policy =
         B::join_qkv(ctx, cm, cm, cm, m, attention_shape<>{});
         B::copy(ctx, cm, m);
         B::fill(ctx, m, s);
+        B::gaussian_pad(ctx, m, n, n, ids, std::uint64_t{});
+        B::gaussian_pad_backward(ctx, cm, m, n, n, ids, std::uint64_t{});
         B::scale(ctx, v, s);
         B::sum_squares(ctx, cv, dv);
         B::adamw(ctx, params, cv, state, state, adamw_update{});

@@ -182,7 +182,7 @@ std::vector<layer_statistics> analyze(const typename Model::context& ctx, const 
         B::upload(ctx, ws.host_positions(), ws.positions());
         const auto counted = static_cast<index_t>(count) * length;
         train::forward_keeping(
-            ctx, m, ws, ws.ids(), ws.positions(),
+            ctx, m, ws, ws.ids(), ws.positions(), 0,
             [&](const auto& b) {
                 // before the first layer, the embedding's stream (its resize only zeroes columns that are zero there)
                 if (b.layer() == 0) copy_stream(previous);

@@ -44,9 +44,9 @@ private:
         gathered_ = v.subview(residual, gathered);
         head_in_ = v.subview(residual + gathered, head_in);
         logits_ = v.subview(residual + gathered + head_in, logits);
-        integers_ = typename B::template buffer<int>(2 * max_rows + plan_.int_total());
+        integers_ = typename B::template buffer<int>(3 * max_rows + plan_.int_total());
         scratch_ = plan_.carve(v.subview(residual + gathered + head_in + logits, plan_.total()),
-                               integers_.view().subview(2 * max_rows, plan_.int_total()));
+                               integers_.view().subview(3 * max_rows, plan_.int_total()));
         host_ids_.reserve(static_cast<std::size_t>(max_rows));
         host_positions_.reserve(static_cast<std::size_t>(max_rows));
         sequences_.reserve(16);
@@ -70,6 +70,9 @@ public:
     // tokens (times experts per token) each expert took are their differences. Empty if dense.
     vector_view<const int, M> expert_offsets() const { return scratch_.expert_offsets; }
     vector_view<int, M> positions(index_t rows) { return integers_.view().subview(max_rows_, rows); }
+    // The positions of the rows the head reads (a gaussian head resize draws by them).
+    vector_view<int, M> head_positions(index_t rows) { return integers_.view().subview(2 * max_rows_, rows); }
+    std::vector<int>& host_head_positions() { return host_head_positions_; }
 
     // Host staging, reserved for max_rows entries (cleared and refilled by each pass).
     std::vector<int>& host_ids() { return host_ids_; }
@@ -84,7 +87,7 @@ private:
     typename B::template buffer<int> integers_;
     vector_view<T, M> residual_, gathered_, head_in_, logits_;
     layer_scratch<B> scratch_;
-    std::vector<int> host_ids_, host_positions_;
+    std::vector<int> host_ids_, host_positions_, host_head_positions_;
     std::vector<sequence_rows> sequences_;
 };
 

@@ -54,6 +54,7 @@ inline nlohmann::ordered_json config_to_json(const model_config& c, const schedu
     }
     j["expand_method"] = resize_method_name(c.resize);
     j["interpolate_align_corners"] = c.interpolate_align_corners;
+    if (c.resize == resize_method::gaussian) j["vwt_resize_seed"] = c.resize_seed;
     j["sinkhorn_iters"] = 0;
     j["expand_linear_bias"] = false;
     j["fixed_residual_width"] = s.dims.stream.fixed_width;
@@ -311,9 +312,10 @@ inline model_config config_from_json(const nlohmann::json& j, const std::string&
     c.initializer_range = top.number_or("initializer_range", 0, 1e6, 0.02);
     c.norm_eps = top.number_or("layer_norm_epsilon", 0, 1, 1e-5);
     c.rope_theta = top.number_or("rope_theta", 1, 1e12, 10000.0);
-    const auto resize = top.choice("expand_method", "zero", {"move_up", "zero", "interpolate", "linear"});
-    for (auto r : {resize_method::move_up, resize_method::zero, resize_method::interpolate, resize_method::linear})
+    const auto resize = top.choice("expand_method", "zero", {"move_up", "zero", "interpolate", "linear", "gaussian"});
+    for (auto r : {resize_method::move_up, resize_method::zero, resize_method::interpolate, resize_method::linear, resize_method::gaussian})
         if (resize == resize_method_name(r)) c.resize = r;
+    c.resize_seed = static_cast<std::uint64_t>(top.integer_or("vwt_resize_seed", 0, std::int64_t{1} << 53, 0));
     c.interpolate_align_corners = top.boolean_or("interpolate_align_corners", false);
     if (!top.absent("sinkhorn_iters") && top.integer("sinkhorn_iters", 0, 1000000) != 0)
         top.fail("field 'sinkhorn_iters' is set: the Sinkhorn-normalised linear resize is not implemented");

@@ -40,7 +40,14 @@ struct head {
     residual_resize::column_range from_stream{};  // [w_L, u) when w_L < u (move_up and zero models)
     // interpolate and linear models with w_L < u: [u x w_L], the normed rows' projection to u
     matrix_view<const typename B::weight_type, M> projection{};
+    residual_resize::projection padding{};  // gaussian models with w_L < u: the normed rows padded to u
     T inv_width = T(1);       // 1 / m_width
+
+    // What a gaussian padding draws with: each row's counter and the key (detail/gaussian_noise.hpp).
+    struct noise {
+        vector_view<const int, M> counters{};
+        std::uint64_t key = 0;
+    };
 
     // Columns of the head's input rows: max(w_L, u), or w_L + u (the normed rows, then their
     // projection) with a projection.
@@ -53,8 +60,9 @@ struct head {
 
     // x: [n x W] rows of the residual stream; head_in: [n x input_cols()] (kept for backward);
     // logits: [n x V].
-    void forward(const typename B::context& ctx, mat<const T> x, mat<T> head_in, mat<T> logits) const {
+    void forward(const typename B::context& ctx, mat<const T> x, mat<T> head_in, mat<T> logits, const noise& draw = {}) const {
         norm.forward(ctx, x.first_cols(last_width), head_in.first_cols(last_width));
+        if (!padding.empty()) B::gaussian_pad(ctx, head_in.first_cols(hidden), padding.from, padding.to, draw.counters, draw.key);
         if (!from_stream.empty())
             B::copy(ctx, x.cols_range(from_stream.begin, from_stream.end), head_in.cols_range(from_stream.begin, from_stream.end));
         if (!projection.empty()) B::matmul_nt(ctx, head_in.first_cols(last_width).as_const(), projection, unembedding_input(head_in));
@@ -72,13 +80,16 @@ struct head {
     // `grads`, the stream's gradient into dx (overwritten: the head is the first thing backward
     // reaches). d_head_in: scratch of head_in's shape.
     void backward(const typename B::context& ctx, mat<const T> x, mat<const T> head_in, mat<const T> d_logits,
-                  mat<T> d_head_in, mat<T> dx, vector_view<T, M> norm_scratch, tensors<T> grads) const {
+                  mat<T> d_head_in, mat<T> dx, vector_view<T, M> norm_scratch, tensors<T> grads, const noise& draw = {}) const {
         B::matmul_tn(ctx, d_logits, unembedding_input(head_in), grads.lm_head, inv_width, T(1));
         B::matmul_nn(ctx, d_logits, weights.lm_head, unembedding_input(d_head_in), inv_width);
         if (!projection.empty()) {
             const auto d_projected = unembedding_input(d_head_in).as_const();
             if (!grads.resize.empty()) B::matmul_tn(ctx, d_projected, head_in.first_cols(last_width), grads.resize, T(1), T(1));
             B::matmul_nn(ctx, d_projected, projection, d_head_in.first_cols(last_width));
+        } else if (!padding.empty()) {
+            B::gaussian_pad_backward(ctx, head_in.first_cols(last_width), d_head_in.first_cols(hidden), padding.from, padding.to, draw.counters,
+                                     draw.key);
         } else if (last_width > hidden) {
             B::fill(ctx, d_head_in.cols_range(hidden, last_width), T(0));
         }

@@ -1,9 +1,10 @@
 // The residual resize rule, in one place: what happens to the stream before each layer and before
 // the head. A narrower layer truncates. A wider one grows it by its resize method: move_up (the
-// grown columns' latest values, already in the buffer), zero (zeros), or a projection of the whole
+// grown columns' latest values, already in the buffer), zero (zeros), gaussian (per token, draws
+// from the normal of its current values' mean and standard deviation) or a projection of the whole
 // stream to the new width (interpolate: a fixed linear interpolation; linear: a learned map). The
 // head's resize is move_up for move_up and zero models (semantics.md section 2, step 3) and the
-// model's own projection otherwise. A fixed-width stream never resizes.
+// model's own method otherwise. A fixed-width stream never resizes.
 #pragma once
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "../backend/policy.hpp"
+#include "../detail/gaussian_noise.hpp"
 #include "../model/config.hpp"
 #include "../tensor/residual.hpp"
 
@@ -41,6 +43,15 @@ inline std::vector<double> interpolation_matrix(int from, int to, bool align_cor
     return p;
 }
 
+// What a gaussian resize draws with: each row's counter (in inference its token's position, so a
+// cached decode equals the full forward; in training its row) and the salt (0 in inference; the
+// trainer's per micro-batch, so that every step draws anew).
+template <memory_space M>
+struct resize_noise {
+    vector_view<const int, M> counters{};
+    std::uint64_t salt = 0;
+};
+
 class residual_resize {
 public:
     struct column_range {
@@ -55,6 +66,7 @@ public:
 
     residual_resize(const dynamic_schedule& s, resize_method method) : method_(method) {
         const bool projects = method == resize_method::interpolate || method == resize_method::linear;
+        const bool draws = method == resize_method::gaussian;
         // The stream starts at the embedding's width; a layer wider than the stream before it grows it.
         int stream = embedding_width(s);
         for (int i = 0; i < s.layers(); ++i) {
@@ -62,10 +74,12 @@ public:
             const bool grows = w > stream;
             grown_.push_back(grows && method == resize_method::zero ? column_range{stream, w} : column_range{});
             projected_.push_back(grows && projects ? projection{stream, w} : projection{});
+            padded_.push_back(grows && draws ? projection{stream, w} : projection{});
             stream = w;
         }
         const int last = final_norm_width(s), head = unembedding_width(s);
         if (last < head && projects) head_projection_ = {last, head};
+        else if (last < head && draws) head_padding_ = {last, head};
         else if (last < head) head_ = {last, head};
     }
 
@@ -74,6 +88,10 @@ public:
     column_range zeroed_before(int layer) const { return grown_[static_cast<std::size_t>(layer)]; }
     // The projection before layer i (interpolate and linear resizes only).
     projection projected_before(int layer) const { return projected_[static_cast<std::size_t>(layer)]; }
+    // The gaussian padding before layer i: columns [from, to) drawn from the first `from`.
+    projection padded_before(int layer) const { return padded_[static_cast<std::size_t>(layer)]; }
+    // The gaussian padding of the head's normed rows from w_L to u.
+    projection head_padding() const { return head_padding_; }
     // Columns the head reads from the stream itself, un-normed: [w_L, u) when w_L < u, the
     // unembedding width (h, w_L, or the widest layer's), for move_up and zero models.
     column_range from_stream_to_head() const { return head_; }
@@ -83,9 +101,9 @@ public:
 private:
     resize_method method_;
     std::vector<column_range> grown_;
-    std::vector<projection> projected_;
+    std::vector<projection> projected_, padded_;
     column_range head_;
-    projection head_projection_;
+    projection head_projection_, head_padding_;
 };
 
 // The columns of the head's input rows (see head::input_cols): max(w_L, u), or w_L + u when the

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@ enum class resize_method {
     zero,         // grown coordinates start at zero
     interpolate,  // the whole vector linearly interpolated to the new width (torch's F.interpolate, mode linear)
     linear,       // a learned linear map of the whole vector, one per widening (nn.Linear, no bias)
+    gaussian,     // grown coordinates drawn per token from N(mean, std) of its current values
 };
 
 constexpr const char* resize_method_name(resize_method r) {
@@ -31,6 +33,7 @@ constexpr const char* resize_method_name(resize_method r) {
         case resize_method::zero: return "zero";
         case resize_method::interpolate: return "interpolate";
         case resize_method::linear: return "linear";
+        case resize_method::gaussian: return "gaussian";
     }
     return "";
 }
@@ -47,6 +50,8 @@ struct model_config {
     double rope_theta = 10000.0;
     resize_method resize = resize_method::move_up;
     bool interpolate_align_corners = false;  // resize_method::interpolate: F.interpolate's align_corners
+    // resize_method::gaussian: the seed of its noise (detail/gaussian_noise.hpp); the caller's.
+    std::uint64_t resize_seed = 0;
     // How c_fc's 8w output rows split into the SwiGLU up (u) and gate (g) halves: split (rows
     // [0, 4w) u, [4w, 8w) g, the lm_engine revision the authors use) or interleaved (u, g alternate).
     swiglu_layout mlp = swiglu_layout::split;

@@ -167,7 +167,7 @@ public:
         embedding_.forward(ctx, id_view, x);
         const std::span<const sequence_rows> seq_span(seqs);
         derived().for_each_block([&](const auto& b) {
-            enter_layer(ctx, x, b.layer(), ws.scratch().normed);
+            enter_layer(ctx, x, b.layer(), ws.scratch().normed, {position_view, 0});
             b.forward(ctx, x, seq_span, position_view, [&](std::size_t i) { return inputs[i].cache->layer(b.layer()); },
                       ws.scratch());
         });
@@ -186,19 +186,32 @@ public:
             }
         }
         const auto logits = ws.logits(n);
-        head_.forward(ctx, gathered.as_const(), ws.head_in(n), logits);
+        // a gaussian head resize draws by the gathered rows' positions
+        auto head_positions = position_view;
+        if (!resize_.head_padding().empty() && mode == logits_mode::last) {
+            auto& last = ws.host_head_positions();
+            last.clear();
+            for (const auto& q : seqs) last.push_back(static_cast<int>(q.past + q.rows - 1));
+            B::upload(ctx, std::span<const int>(last), ws.head_positions(n));
+            head_positions = ws.head_positions(n);
+        }
+        head_.forward(ctx, gathered.as_const(), ws.head_in(n), logits, head_noise({head_positions, 0}));
         return logits;
     }
 
-    // Before block `layer`: the stream resized to the block's columns (resize()). A projection
-    // copies the columns it reads into `input` (at least rows x from elements; training keeps them
-    // for the backward).
-    void enter_layer(const context& ctx, residual_view<T, M> x, int layer, vector_view<T, M> input) const {
+    // Before block `layer`: the stream resized to the block's columns (resize()). A projection or
+    // a gaussian padding copies the columns it reads into `input` (at least rows x from elements;
+    // training keeps them for the backward).
+    void enter_layer(const context& ctx, residual_view<T, M> x, int layer, vector_view<T, M> input, resize_noise<M> noise) const {
         if (const auto z = resize_.zeroed_before(layer); !z.empty()) B::fill(ctx, x.all().cols_range(z.begin, z.end), T(0));
         if (const auto p = resize_.projected_before(layer); !p.empty()) {
             const auto in = input.as_matrix(x.rows(), p.from);
             B::copy(ctx, x.all().first_cols(p.from).as_const(), in);
             B::matmul_nt(ctx, in.as_const(), projections_[static_cast<std::size_t>(layer)], x.all().first_cols(p.to));
+        }
+        if (const auto p = resize_.padded_before(layer); !p.empty()) {
+            B::copy(ctx, x.all().first_cols(p.from).as_const(), input.as_matrix(x.rows(), p.from));
+            B::gaussian_pad(ctx, x.all().first_cols(p.to), p.from, p.to, noise.counters, noise_key(layer, noise.salt));
         }
     }
     // Its backward: dx, the gradient of the stream after the resize, becomes the gradient before
@@ -206,7 +219,12 @@ public:
     // `scratch`: at least rows x from elements. Zeroed columns pass no gradient to the older values
     // there; after a projection the columns above its input get none (nothing reads them).
     void enter_layer_backward(const context& ctx, residual_view<T, M> dx, int layer, vector_view<const T, M> input,
-                              vector_view<T, M> scratch, matrix_view<T, M> grad) const {
+                              vector_view<T, M> scratch, matrix_view<T, M> grad, resize_noise<M> noise) const {
+        if (const auto p = resize_.padded_before(layer); !p.empty()) {
+            B::gaussian_pad_backward(ctx, input.as_matrix(dx.rows(), p.from), dx.all().first_cols(p.to), p.from, p.to, noise.counters,
+                                     noise_key(layer, noise.salt));
+            B::fill(ctx, dx.all().cols_range(p.to, dx.residual_width()), T(0));
+        }
         if (const auto z = resize_.zeroed_before(layer); !z.empty()) B::fill(ctx, dx.all().cols_range(z.begin, z.end), T(0));
         if (const auto p = resize_.projected_before(layer); !p.empty()) {
             const index_t rows = dx.rows();
@@ -217,6 +235,11 @@ public:
             B::fill(ctx, dx.all().cols_range(p.from, dx.residual_width()), T(0));
             B::copy(ctx, d_in.as_const(), dx.all().first_cols(p.from));
         }
+    }
+
+    // The head's draw of a gaussian resize (its place: after the last layer).
+    typename head<B>::noise head_noise(resize_noise<M> noise) const {
+        return {noise.counters, noise_key(config_.schedule.layers(), noise.salt)};
     }
 
     // The same, returning the logits on the host (allocates a workspace: for scoring and tests;
@@ -261,6 +284,10 @@ protected:
         check_count(static_cast<std::int64_t>(params.values.size()));
         params_ = vector_view<W, M>(params.values.data(), static_cast<index_t>(params.values.size()));
         bind_shared(ctx);
+    }
+
+    std::uint64_t noise_key(int place, std::uint64_t salt) const {
+        return vwt::detail::gaussian_noise_key(config_.resize_seed, salt, place);
     }
 
     void check_count(std::int64_t items) const {
@@ -318,6 +345,7 @@ protected:
             }
         }
         head_.projection = projections_.back();
+        head_.padding = resize_.head_padding();
     }
     model_core(const model_core&) = delete;
     model_core& operator=(const model_core&) = delete;

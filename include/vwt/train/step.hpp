@@ -21,6 +21,8 @@ namespace vwt::train {
 struct token_batch {
     std::span<const int> tokens, targets;
     int sequences = 1;
+    // The salt of a gaussian resize's draws (the trainer's: one per micro-batch of each step).
+    std::uint64_t noise = 0;
     index_t length() const { return static_cast<index_t>(tokens.size()) / sequences; }
 };
 
@@ -48,7 +50,8 @@ public:
             activations_ += (b.saved_elements(rows_) + 15) / 16 * 16;
             // what a projecting resize before the block reads (interpolate and linear resizes)
             resize_offsets_.push_back(activations_);
-            activations_ += (rows_ * m.resize().projected_before(b.layer()).from + 15) / 16 * 16;
+            const auto& r = m.resize();
+            activations_ += (rows_ * std::max(r.projected_before(b.layer()).from, r.padded_before(b.layer()).from) + 15) / 16 * 16;
         });
         const index_t residual = rows_ * width_, head = rows_ * head_cols_, logits = rows_ * vocab_;
         memory_ = typename B::template buffer<T>(2 * residual + 2 * head + logits + activations_ + plan.total());
@@ -61,15 +64,18 @@ public:
         };
         x_ = take(residual), dx_ = take(residual), head_in_ = take(head), d_head_in_ = take(head), logits_ = take(logits);
         saved_ = take(activations_);
-        integers_ = typename B::template buffer<int>(3 * rows_ + plan.int_total());
+        integers_ = typename B::template buffer<int>(4 * rows_ + plan.int_total());
         doubles_ = typename B::template buffer<double>(rows_ + plan.double_total());
-        scratch_ = plan.carve(take(plan.total()), integers_.view().subview(3 * rows_, plan.int_total()),
+        scratch_ = plan.carve(take(plan.total()), integers_.view().subview(4 * rows_, plan.int_total()),
                               doubles_.view().subview(rows_, plan.double_total()));
         if (plan.double_total() > 0) host_aux_.resize(static_cast<std::size_t>(plan.double_total()));
         host_offsets_.resize(static_cast<std::size_t>(scratch_.expert_offsets.size()));
         host_losses_.resize(static_cast<std::size_t>(rows_));
         host_positions_.resize(static_cast<std::size_t>(rows_));
         for (index_t r = 0; r < rows_; ++r) host_positions_[static_cast<std::size_t>(r)] = static_cast<int>(r % length);
+        std::vector<int> counters(static_cast<std::size_t>(rows_));
+        for (index_t r = 0; r < rows_; ++r) counters[static_cast<std::size_t>(r)] = static_cast<int>(r);
+        B::upload(ctx, std::span<const int>(counters), integers_.view().subview(3 * rows_, rows_));
         for (int b = 0; b < sequences; ++b) sequences_rows_.push_back({b * length, length, 0});
     }
 
@@ -96,6 +102,8 @@ public:
     vector_view<int, M> ids() { return integers_.view().subview(0, rows_); }
     vector_view<int, M> targets() { return integers_.view().subview(rows_, rows_); }
     vector_view<int, M> positions() { return integers_.view().subview(2 * rows_, rows_); }
+    // 0, 1, ..., rows - 1: the counters of a gaussian resize's draws (each row its own noise).
+    vector_view<const int, M> row_counters() const { return integers_.view().subview(3 * rows_, rows_); }
     vector_view<double, M> losses() { return doubles_.view().subview(0, rows_); }
     // MoE models: every layer's auxiliary loss of the last backward, on the host (empty if dense).
     std::span<double> host_aux_losses() { return host_aux_; }
@@ -122,8 +130,9 @@ private:
 
 // The forward of a training step over `ids` at `positions` (already in the workspace's memory): the
 // embedding, then every block after its residual resize, keeping what backward needs in `ws`; the
-// residual stream ends in ws.x(). `before_block(block)` runs after the block's resize and
-// `after_block(block, kept)` after the block (analysis reads the activations there).
+// residual stream ends in ws.x(). `noise`: the salt of a gaussian resize's draws. `before_block(block)`
+// runs after the block's resize and `after_block(block, kept)` after the block (analysis reads the
+// activations there).
 struct no_block_hook {
     template <class... A>
     void operator()(const A&...) const {}
@@ -131,7 +140,8 @@ struct no_block_hook {
 template <class Model, class BeforeBlock = no_block_hook, class AfterBlock = no_block_hook>
 void forward_keeping(const typename Model::context& ctx, const Model& m, step_workspace<typename Model::backend>& ws,
                      vector_view<const int, typename Model::backend::memory> ids,
-                     vector_view<const int, typename Model::backend::memory> positions, BeforeBlock&& before_block = {},
+                     vector_view<const int, typename Model::backend::memory> positions, std::uint64_t noise = 0,
+                     BeforeBlock&& before_block = {},
                      AfterBlock&& after_block = {}) {
     using B = typename Model::backend;
     using T = typename B::compute_type;
@@ -141,7 +151,7 @@ void forward_keeping(const typename Model::context& ctx, const Model& m, step_wo
     m.embedding_layer().forward(ctx, ids, x);
     m.for_each_block([&](const auto& b) {
         const auto kept = b.carve_saved(ws.saved_memory(b.layer()), rows);
-        m.enter_layer(ctx, x, b.layer(), ws.resize_input(b.layer()));
+        m.enter_layer(ctx, x, b.layer(), ws.resize_input(b.layer()), {ws.row_counters(), noise});
         before_block(b);
         const auto kv_of = [&](std::size_t i) {
             const auto& q = seqs[i];
@@ -185,8 +195,9 @@ double loss_and_gradient(const typename Model::context& ctx, const Model& m, con
     const auto x = ws.x(), dx = ws.dx();
     const auto seqs = ws.sequence_list();
 
-    forward_keeping(ctx, m, ws, ids, positions);
-    m.head_layer().forward(ctx, x.all().as_const(), ws.head_in(), ws.logits());
+    const resize_noise<typename B::memory> noise{ws.row_counters(), batch.noise};
+    forward_keeping(ctx, m, ws, ids, positions, batch.noise);
+    m.head_layer().forward(ctx, x.all().as_const(), ws.head_in(), ws.logits(), m.head_noise(noise));
     m.head_layer().loss(ctx, ws.logits(), targets, T(1.0 / static_cast<double>(rows)), ws.losses());  // logits -> d(loss)/d(logits)
     B::download(ctx, vector_view<const double, typename B::memory>(ws.losses()), ws.host_losses());
     double loss = 0;
@@ -194,13 +205,13 @@ double loss_and_gradient(const typename Model::context& ctx, const Model& m, con
 
     // backward
     m.head_layer().backward(ctx, x.all().as_const(), ws.head_in().as_const(), ws.logits().as_const(), ws.d_head_in(), dx.all(),
-                            ws.scratch().norm, grads.head);
+                            ws.scratch().norm, grads.head, m.head_noise(noise));
     if (ready) ready(-1);
     m.for_each_block_reversed([&](const auto& b) {
         const auto kept = b.carve_saved(ws.saved_memory(b.layer()), rows);
         b.backward(ctx, dx, seqs, positions, kept, ws.scratch(), grads.of(b));
         m.enter_layer_backward(ctx, dx, b.layer(), ws.resize_input(b.layer()), ws.scratch().d_normed,
-                               grads.resizes.at(static_cast<std::size_t>(b.layer())));
+                               grads.resizes.at(static_cast<std::size_t>(b.layer())), noise);
         if (ready) ready(b.layer());
     });
     m.embedding_layer().backward(ctx, dx, ids, grads.embedding);

@@ -207,7 +207,9 @@ public:
                 targets.insert(targets.end(), y.begin(), y.end());
                 if (++in_batch < micro_) continue;
                 const bool last_micro = --micro_left == 0;
-                totals[0] += loss_and_gradient(ctx_, model_, token_batch{tokens, targets, micro_}, *workspace_, grad_views_,
+                // a gaussian resize draws anew for every micro-batch of every step
+                const auto noise = (static_cast<std::uint64_t>(step_) << 32) | static_cast<std::uint64_t>(j);
+                totals[0] += loss_and_gradient(ctx_, model_, token_batch{tokens, targets, micro_, noise}, *workspace_, grad_views_,
                                                ranks > 1 && last_micro ? reduce_part : std::function<void(int)>{});
                 if (moe.enabled()) add_moe_statistics(totals);
                 tokens.clear();

@@ -26,6 +26,7 @@
 
 #include <Eigen/Core>
 
+#include "../../detail/gaussian_noise.hpp"
 #include "../../error.hpp"
 #include "../buffer.hpp"
 #include "../policy.hpp"
@@ -746,8 +747,51 @@ struct backend {
     static void copy(const context&, mat<const T> from, mat<T> to) {
         for (index_t r = 0; r < from.rows(); ++r) std::copy(from.row(r), from.row(r) + from.cols(), to.row(r));
     }
+    // The mean and the population standard deviation of n values, in double.
+    struct moments {
+        double mean, std;
+    };
+    static moments row_moments(const T* row, index_t n) {
+        double sum = 0, squares = 0;
+        for (index_t c = 0; c < n; ++c) sum += row[c];
+        const double mean = sum / static_cast<double>(n);
+        for (index_t c = 0; c < n; ++c) squares += (row[c] - mean) * (row[c] - mean);
+        return {mean, std::sqrt(squares / static_cast<double>(n))};
+    }
     static void fill(const context&, mat<T> x, T value) {
         for (index_t r = 0; r < x.rows(); ++r) std::fill(x.row(r), x.row(r) + x.cols(), value);
+    }
+
+    // ---- the gaussian resize: columns [from, to) of row r become mean + std * z, the mean and
+    // population standard deviation of its first `from` columns and z = gaussian_noise(key,
+    // positions[r], column) (detail/gaussian_noise.hpp); in double.
+    static void gaussian_pad(const context& ctx, mat<T> x, index_t from, index_t to, vec<const int> positions, std::uint64_t key) {
+        check_size(x.rows(), positions.size(), "gaussian_pad positions");
+        parallel_for(ctx.threads, x.rows(), [&](index_t r) {
+            T* row = x.row(r);
+            const auto [mean, std] = row_moments(row, from);
+            for (index_t c = from; c < to; ++c)
+                row[c] = static_cast<T>(mean + std * vwt::detail::gaussian_noise(key, positions[r], static_cast<int>(c)));
+        });
+    }
+    // Its backward: dx's columns [from, to) flow into its first `from` through the mean and the
+    // standard deviation (x_in: those columns as the pad read them), then are zeroed.
+    static void gaussian_pad_backward(const context& ctx, mat<const T> x_in, mat<T> dx, index_t from, index_t to, vec<const int> positions,
+                                      std::uint64_t key) {
+        check_size(dx.rows(), positions.size(), "gaussian_pad_backward positions");
+        parallel_for(ctx.threads, dx.rows(), [&](index_t r) {
+            const T* in = x_in.row(r);
+            T* d = dx.row(r);
+            const auto [mean, std] = row_moments(in, from);
+            double d_mean = 0, d_std = 0;
+            for (index_t c = from; c < to; ++c) {
+                d_mean += d[c];
+                d_std += d[c] * vwt::detail::gaussian_noise(key, positions[r], static_cast<int>(c));
+                d[c] = T(0);
+            }
+            const double n = static_cast<double>(from), std_term = std > 0 ? d_std / (n * std) : 0.0;
+            for (index_t c = 0; c < from; ++c) d[c] += static_cast<T>(d_mean / n + std_term * (in[c] - mean));
+        });
     }
 
     // ---- the optimizer's vector ops

@@ -218,6 +218,16 @@ struct basic_backend {
         api::copy(ctx.state(), d(from), d(to));
     }
     static void fill(const context& ctx, mat<T> x, T value) { api::fill(ctx.state(), d(x), value); }
+    static void gaussian_pad(const context& ctx, mat<T> x, index_t from, index_t to, vec<const int> positions, std::uint64_t key) {
+        check(positions.size() == x.rows() && x.cols() >= to && from > 0, "gaussian_pad: shapes");
+        api::gaussian_pad(ctx.state(), d(x), from, to, ptr(positions), key);
+    }
+    static void gaussian_pad_backward(const context& ctx, mat<const T> x_in, mat<T> dx, index_t from, index_t to, vec<const int> positions,
+                                      std::uint64_t key) {
+        check(positions.size() == dx.rows() && x_in.rows() == dx.rows() && x_in.cols() >= from && dx.cols() >= to && from > 0,
+              "gaussian_pad_backward: shapes");
+        api::gaussian_pad_backward(ctx.state(), d(x_in), d(dx), from, to, ptr(positions), key);
+    }
     static void scale(const context& ctx, vec<T> x, T s) { api::scale(ctx.state(), ptr(x), x.size(), s); }
     static void sum_squares(const context& ctx, vec<const T> x, vec<double> out) {
         check(out.size() >= 1, "sum_squares: no output element");

@@ -84,6 +84,9 @@ enum class gemm_op { nt, nn, tn };
                          index_t head_dim); \
     static void copy(const state& s, const_dmatrix from, dmatrix to); \
     static void fill(const state& s, dmatrix x, float value); \
+    static void gaussian_pad(const state& s, dmatrix x, index_t from, index_t to, const int* positions, std::uint64_t key); \
+    static void gaussian_pad_backward(const state& s, const_dmatrix x_in, dmatrix dx, index_t from, index_t to, const int* positions, \
+                                      std::uint64_t key); \
     static void scale(const state& s, float* x, index_t n, float factor); \
     static void sum_squares(const state& s, const float* x, index_t n, double* out); \
     static void adamw(const state& s, float* params, const float* grads, float* m, float* v, index_t n, double beta1, double beta2, \

@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../../detail/gaussian_noise.hpp"
 #include "../../error.hpp"
 #include "../buffer.hpp"
 #include "../policy.hpp"
@@ -452,6 +453,39 @@ struct backend {
     static void fill(const context&, mat<T> x, T value) {
         for (index_t r = 0; r < x.rows(); ++r)
             for (index_t c = 0; c < x.cols(); ++c) at(x, r, c) = value;
+    }
+    // The gaussian resize: columns [from, to) of row r = mean + std * z over its first `from`
+    // (population standard deviation), z = gaussian_noise(key, positions[r], column).
+    static void gaussian_pad(const context&, mat<T> x, index_t from, index_t to, vec<const int> positions, std::uint64_t key) {
+        for (index_t r = 0; r < x.rows(); ++r) {
+            double mean = 0, var = 0;
+            for (index_t c = 0; c < from; ++c) mean += static_cast<double>(at(x, r, c));
+            mean /= static_cast<double>(from);
+            for (index_t c = 0; c < from; ++c) var += (static_cast<double>(at(x, r, c)) - mean) * (static_cast<double>(at(x, r, c)) - mean);
+            const double std = std::sqrt(var / static_cast<double>(from));
+            for (index_t c = from; c < to; ++c)
+                at(x, r, c) = static_cast<T>(mean + std * vwt::detail::gaussian_noise(key, ptr(positions)[r], static_cast<int>(c)));
+        }
+    }
+    // d mean = sum of the padded columns' gradient, d std = its sum times z; then to each of the
+    // first `from`: d mean / n + d std (x - mean) / (n std). The padded columns' gradient is consumed.
+    static void gaussian_pad_backward(const context&, mat<const T> x_in, mat<T> dx, index_t from, index_t to, vec<const int> positions,
+                                      std::uint64_t key) {
+        for (index_t r = 0; r < dx.rows(); ++r) {
+            double mean = 0, var = 0;
+            for (index_t c = 0; c < from; ++c) mean += static_cast<double>(at(x_in, r, c));
+            mean /= static_cast<double>(from);
+            for (index_t c = 0; c < from; ++c) var += (static_cast<double>(at(x_in, r, c)) - mean) * (static_cast<double>(at(x_in, r, c)) - mean);
+            const double n = static_cast<double>(from), std = std::sqrt(var / n);
+            double d_mean = 0, d_std = 0;
+            for (index_t c = from; c < to; ++c) {
+                d_mean += static_cast<double>(at(dx, r, c));
+                d_std += static_cast<double>(at(dx, r, c)) * vwt::detail::gaussian_noise(key, ptr(positions)[r], static_cast<int>(c));
+                at(dx, r, c) = T(0);
+            }
+            for (index_t c = 0; c < from; ++c)
+                at(dx, r, c) += static_cast<T>(d_mean / n + (std > 0 ? d_std * (static_cast<double>(at(x_in, r, c)) - mean) / (n * std) : 0.0));
+        }
     }
     static void scale(const context&, vec<T> x, T s) {
         for (index_t i = 0; i < x.size(); ++i) ptr(x)[i] = T(double(ptr(x)[i]) * double(s));
