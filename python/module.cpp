@@ -81,6 +81,12 @@ vwt::cli::schedule_flags flags_of(const nb::dict& options) {
         else if (name == "permute_seed") f.permute_seed = nb::cast<std::uint64_t>(value);
         else if (name == "permute_all") f.permute_all = nb::cast<bool>(value);
         else if (name == "widths") f.widths = nb::cast<std::vector<int>>(value);
+        else if (name == "fixed_residual_width") f.fixed_residual_width = nb::cast<bool>(value);
+        else if (name == "narrow_input") f.narrow_input = nb::cast<bool>(value);
+        else if (name == "narrow_output") f.narrow_output = nb::cast<bool>(value);
+        else if (name == "wide_unembedding") f.wide_unembedding = nb::cast<bool>(value);
+        else if (name == "resize") f.resize = nb::cast<std::string>(value);
+        else if (name == "interpolate_align_corners") f.align_corners = nb::cast<bool>(value);
         else return false;
         return true;
     });

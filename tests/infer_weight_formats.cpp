@@ -115,6 +115,31 @@ TEMPLATE_TEST_CASE("a model with bf16 or q8 weights computes the float model of 
     }
 }
 
+TEMPLATE_TEST_CASE("the paper's variants in bf16 or q8 weights stay near the float model", "", bf16_backend, q8_backend) {
+    using W = typename TestType::weight_type;
+    std::vector<int> tokens;
+    for (int i = 0; i < 24; ++i) tokens.push_back((i * 53 + 7) % 256);
+    for (const auto resize : {vwt::resize_method::interpolate, vwt::resize_method::linear, vwt::resize_method::gaussian}) {
+        for (const bool fixed : {false, true}) {
+            if (fixed && resize != vwt::resize_method::gaussian) continue;  // a fixed-width stream never resizes
+            auto c = x_shaped();
+            c.schedule.dims.stream.fixed_width = fixed;
+            c.schedule = vwt::dynamic_schedule(c.schedule.dims, {64, 128, 64, 96});  // widens into layers 1 and 3
+            c.resize = resize;
+            CAPTURE(vwt::resize_method_name(resize), fixed);
+            std::vector<float> p;
+            vwt::initialize_parameters(c, vwt::parameter_layout(c), 6, p);
+            const vwt::model<TestType> stored(c, vwt::convert_parameters<W>(vwt::parameter_layout(c), p), {1});
+            const vwt::model<f32_backend> full(c, p, {1});
+            const auto got = all_logits(stored, tokens, {1});
+            const double moved = vwt_test::relative_error(got, all_logits(full, tokens, {1}));
+            CHECK(moved < (std::is_same_v<W, vwt::bf16> ? 1e-2 : 3e-2));
+            // decode (q8: activations quantized to q8 blocks, also at the resize's product) against prefill
+            CHECK(vwt_test::relative_error(decoded_logits(stored, tokens, {1}), got) < (std::is_same_v<W, vwt::bf16> ? 1e-2 : 2e-2));
+        }
+    }
+}
+
 TEST_CASE("q8 weights need widths in whole blocks, and optimizer steps on them are errors") {
     const auto c = vwt::model_config::mup(vwt::dynamic_schedule({2, 64, 2, 2, 256, 32, {}}, {64, 48}));
     std::vector<float> p;

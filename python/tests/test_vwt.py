@@ -36,12 +36,15 @@ def model_dir(tmp_path_factory):
     {"preset": "dense_200m"},
     {"preset": "tiny_l8", "shape": "diamond", "bottleneck": 0.5, "quantize": 8},
     {"layers": 6, "hidden": 96, "heads": 4, "widths": [96, 64, 32, 32, 64, 96]},
+    {"preset": "tiny_l8", "fixed_residual_width": True},
+    {"preset": "tiny_l8", "narrow_input": True, "narrow_output": True, "wide_unembedding": True, "asymmetric": True},
 ])
 def test_info_equals_the_cli(options):
     flags = []
     for key, value in options.items():
         flags.append("--" + key.replace("_", "-"))
-        flags.append(",".join(map(str, value)) if isinstance(value, list) else str(value))
+        if value is not True:  # a flag without a value
+            flags.append(",".join(map(str, value)) if isinstance(value, list) else str(value))
     want = json.loads(cli("info", "--json", *flags))
     assert vwt.info(**options) == want
     got = vwt.schedule(**options)

@@ -78,6 +78,24 @@ for extra, message in [(["--steps", "7"], "holds a sweep with steps 6, not 7"), 
     r = subprocess.run(args, capture_output=True, text=True)
     if r.returncode != 2 or message not in r.stderr:
         failures.append(f"{extra}: exit {r.returncode}, stderr {r.stderr!r}, want {message!r}")
+# the constant-residual baseline beside x and uniform, with another resize: the recipe records it
+out2 = os.path.join(work, "variants")
+r = subprocess.run([vwt, "sweep", *MODEL, *RECIPE, "--out", out2, "--json", "--shapes", "x,constant,uniform", "--seeds", "1",
+                    "--resize", "interpolate"], capture_output=True, text=True)
+if r.returncode != 0:
+    failures.append(f"constant/interpolate sweep: exit {r.returncode}\n{r.stderr}")
+else:
+    by = {s["shape"]: s for s in json.loads(r.stdout)["shapes"]}
+    if by["constant"]["widths"] == by["x"]["widths"] or abs(by["constant"]["params"] / by["uniform"]["params"] - 1) > 0.06:
+        failures.append(f"constant: widths {by['constant']['widths']}, {by['constant']['params']} parameters")
+    if not 0 < by["constant"]["final_validation_loss"][0] < 10:
+        failures.append(f"constant: loss {by['constant']['final_validation_loss']}")
+    if "resize interpolate" not in open(os.path.join(out2, "report.md")).read():
+        failures.append("the report does not name the resize")
+    r = subprocess.run([vwt, "sweep", *MODEL, *RECIPE, "--out", out2, "--shapes", "x", "--seeds", "1"], capture_output=True, text=True)
+    if r.returncode != 2 or 'holds a sweep with resize "interpolate", not null' not in r.stderr:
+        failures.append(f"a continuation with another resize: exit {r.returncode}, {r.stderr!r}")
 if failures:
     sys.exit("\n".join(failures))
-print("vwt sweep: 4 shapes x 3 seeds at one budget, equal to vwt compare's runs, continued and extended run by run")
+print("vwt sweep: 4 shapes x 3 seeds at one budget, equal to vwt compare's runs, continued and extended run by run; "
+      "the constant-residual shape and another resize")

@@ -70,17 +70,21 @@ void run_sweep(const sweep_options& options) {
     const auto& first = schedules.at(shapes.front());
     if (o.seq > first.dims.context) detail::fail("--seq: ", o.seq, " is above the model's context of ", first.dims.context);
     const std::filesystem::path out = o.out;
-    const json recipe = {{"data", o.data}, {"format", o.format}, {"steps", o.steps}, {"batch", o.batch}, {"seq", o.seq}, {"lr", o.lr},
+    json recipe = {{"data", o.data}, {"format", o.format}, {"steps", o.steps}, {"batch", o.batch}, {"seq", o.seq}, {"lr", o.lr},
                          {"eval_every", o.eval_every}, {"validation", o.validation}, {"hidden", first.dims.hidden}, {"layers", first.dims.layers}};
+    // the resize method of every shape (recorded when it is not the paper's move_up)
+    if (o.schedule.resize != "move_up") recipe["resize"] = o.schedule.resize;
     const auto recipe_file = out / "sweep.json";
     if (std::filesystem::exists(recipe_file)) {
         std::ifstream in(recipe_file);
         const json kept = json::parse(in, nullptr, false);
         if (kept.is_discarded() || !kept.contains("recipe")) detail::fail("--out: ", recipe_file.string(), " is not a sweep's record");
-        for (const auto& [key, value] : recipe.items())
-            if (kept["recipe"].value(key, json()) != value)
+        auto keys = recipe;
+        keys.update(kept["recipe"]);  // a key either recipe has (an absent resize is move_up)
+        for (const auto& [key, unused] : keys.items())
+            if (kept["recipe"].value(key, json()) != recipe.value(key, json()))
                 detail::fail("--out: ", out.string(), " holds a sweep with ", key, " ", kept["recipe"].value(key, json()).dump(), ", not ",
-                             value.dump(), " (a continuation repeats the recipe; start another --out for a new one)");
+                             recipe.value(key, json()).dump(), " (a continuation repeats the recipe; start another --out for a new one)");
     }
     std::filesystem::create_directories(out / "runs");
     io::write_file_atomic(recipe_file, json{{"recipe", recipe}}.dump(1) + "\n");
@@ -145,7 +149,9 @@ void run_sweep(const sweep_options& options) {
        << first.dims.hidden << " (L " << first.dims.layers << "), " << o.steps << " steps of " << o.batch << " x " << o.seq << " tokens, lr "
        << o.lr << " (cosine), seeds";
     for (auto s : o.seeds) md << ' ' << s;
-    md << "; the same windows in the same order for every shape of a seed.\n\n"
+    md << "; the same windows in the same order for every shape of a seed";
+    if (o.schedule.resize != "move_up") md << "; resize " << o.schedule.resize;
+    md << ".\n\n"
        << table << "\n![validation loss](val_loss.svg)\n![schedules](schedules.svg)\n";
     io::write_file_atomic(out / "report.json", report.dump(1) + "\n");
     io::write_file_atomic(out / "report.md", md.str());
