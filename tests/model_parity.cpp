@@ -278,7 +278,8 @@ TEST_CASE("a bf16 KV cache needs a workspace made for it") {
 TEST_CASE("save and load round-trip bit-exactly in F32, F16 and BF16") {
     const auto dir = std::filesystem::temp_directory_path() / "vwt_roundtrip_test";
     std::filesystem::remove_all(dir);
-    for (const char* name : {"x_tiny_l6", "x_bf16", "x_f16"}) {
+    for (const char* name : {"x_tiny_l6", "x_bf16", "x_f16", "constant_residual", "wide_unembedding_zero_narrow_in", "interpolate",
+                             "linear_llama_gqa", "gaussian"}) {
         CAPTURE(name);
         const auto loaded = vwt::io::load_model_dir(reference_dir / name);
         const auto type = std::string(name) == "x_bf16" ? vwt::io::dtype::bf16
@@ -289,6 +290,8 @@ TEST_CASE("save and load round-trip bit-exactly in F32, F16 and BF16") {
         CHECK(back.config.schedule == loaded.config.schedule);
         CHECK(back.config.m_emb == loaded.config.m_emb);
         CHECK(back.config.resize == loaded.config.resize);
+        CHECK(back.config.resize_seed == loaded.config.resize_seed);
+        CHECK(back.config.interpolate_align_corners == loaded.config.interpolate_align_corners);
         // Writing what was read gives the same bytes again.
         vwt::io::save_model_dir(dir / "again", back.config, back.params, type);
         CHECK(vwt::io::read_file_bytes(dir / "again" / "model.safetensors") ==

@@ -307,6 +307,21 @@ TEST_CASE("stream variants: the parameter count the solver matches, the tensors 
         CHECK(r.params.head == 256LL * s.max_width);
         CHECK(r.params.final_norm == s.width(7));
     }
+    SECTION("a model's accounting counts exactly the tensors of its layout, the learned resizes too") {
+        spec.dims.stream = {false, false, false, true};
+        spec.symmetric = false;
+        for (auto resize : {vwt::resize_method::move_up, vwt::resize_method::linear, vwt::resize_method::interpolate}) {
+            auto c = vwt::model_config::mup(vwt::make_schedule(spec));
+            c.resize = resize;
+            CAPTURE(vwt::resize_method_name(resize));
+            const auto r = vwt::account(c);
+            CHECK(r.params.total() == vwt::parameter_layout(c).size());
+            const auto widened = r.flops_per_token - vwt::account(c.schedule).flops_per_token;
+            if (resize == vwt::resize_method::move_up) CHECK(widened == 0);
+            else CHECK(widened > 0);  // the projections' products
+            CHECK((r.params.resize > 0) == (resize == vwt::resize_method::linear));
+        }
+    }
     SECTION("the authors' combinations only") {
         spec.dims.stream = {true, false, true, false};
         CHECK_THROWS_WITH(vwt::make_schedule(spec), Catch::Matchers::Contains("fixed_residual_width needs"));

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "layers/resize.hpp"
+#include "model/config.hpp"
 #include "schedule/schedule.hpp"
 #include "schedule/solver.hpp"
 
@@ -54,9 +56,10 @@ struct param_counts {
     count_t norms = 0;       // all layers' ln_1, ln_2
     count_t final_norm = 0;  // ln_f: w_L (h for a fixed-width stream)
     count_t head = 0;        // lm_head: h x V (untied; see unembedding_width)
+    count_t resize = 0;      // the learned linear resizes (resize_method::linear; account(model_config))
     count_t active = 0;      // what one token uses (MoE: only its experts)
     double matched = 0;      // the authors' count, the one the solver matches (no norms, no waste)
-    constexpr count_t total() const { return embedding + attention + mlp + norms + final_norm + head; }
+    constexpr count_t total() const { return embedding + attention + mlp + norms + final_norm + head + resize; }
 };
 
 struct cost_report {
@@ -112,6 +115,27 @@ constexpr cost_report account(const S& s, accounting_options o = {}) {
     r.train_flops_per_token = 3.0 * flops;
     r.kv_bytes_per_token = r.kv_values_per_token * o.kv_dtype_bytes;
     r.weight_bytes = p.total() * o.weight_dtype_bytes;
+    return r;
+}
+
+// A model's costs: its schedule's, plus what its resize adds -- the learned linear maps'
+// parameters, and the products of the interpolate and linear projections (2 from x to per token
+// each) in the FLOPs.
+inline cost_report account(const model_config& c, accounting_options o = {}) {
+    auto r = account(c.schedule, o);
+    const residual_resize resize(c.schedule, c.resize);
+    std::vector<residual_resize::projection> projections{resize.head_projection()};
+    for (int i = 0; i < c.schedule.layers(); ++i) projections.push_back(resize.projected_before(i));
+    double flops = 0;
+    for (const auto& p : projections) {
+        if (p.empty()) continue;
+        flops += 2.0 * p.from * p.to;
+        if (c.resize == resize_method::linear) r.params.resize += static_cast<count_t>(p.from) * p.to;
+    }
+    r.params.active += r.params.resize;
+    r.flops_per_token += flops;
+    r.train_flops_per_token = 3.0 * r.flops_per_token;
+    r.weight_bytes = r.params.total() * o.weight_dtype_bytes;
     return r;
 }
 

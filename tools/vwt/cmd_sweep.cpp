@@ -128,7 +128,7 @@ void run_sweep(const sweep_options& options) {
             finals.push_back(result["final_validation_loss"].get<double>());
             for (const auto& point : result["curve"]) curve[point[0].get<std::int64_t>()].push_back(point[1].get<double>());
         }
-        const auto costs = account(s, {o.seq, 2, 4});
+        const auto costs = account(o.schedule.model(s, false), {o.seq, 2, 4});
         const double mean = report::detail::mean(finals), stdev = report::detail::sample_stdev(finals);
         report["shapes"].push_back({{"shape", shape}, {"widths", s.widths}, {"params", costs.params.total()},
                                     {"flops_per_token", costs.flops_per_token}, {"kv_bytes_per_token", costs.kv_bytes_per_token},

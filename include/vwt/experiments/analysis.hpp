@@ -184,7 +184,7 @@ std::vector<layer_statistics> analyze(const typename Model::context& ctx, const 
         train::forward_keeping(
             ctx, m, ws, ws.ids(), ws.positions(), 0,
             [&](const auto& b) {
-                // before the first layer, the embedding's stream (its resize only zeroes columns that are zero there)
+                // before the first layer: the embedding's stream as the layer reads it (after its resize)
                 if (b.layer() == 0) copy_stream(previous);
                 copy_stream(before);
             },

@@ -33,7 +33,7 @@ struct run_result {
 };
 
 struct compare_result {
-    dynamic_schedule schedules[2];      // the ><former's, the uniform twin's
+    model_config configs[2];            // the ><former's, the uniform twin's
     std::vector<run_result> runs[2];    // one per seed
 };
 
@@ -96,12 +96,13 @@ compare_result compare(const typename B::context& ctx, const dynamic_schedule& x
                        const std::vector<int>& tokens, const compare_options& o,
                        const std::function<void(const compare_progress&)>& progress = {}) {
     if (o.seeds.empty()) detail::fail("compare: give at least one seed");
-    compare_result result{{x, uniform_twin(x)}, {}};
+    compare_result result{{base, base}, {}};
+    result.configs[0].schedule = x;
+    result.configs[1].schedule = uniform_twin(x);
+    for (auto& c : result.configs) c.attention_multipliers.clear();
     for (std::uint64_t seed : o.seeds) {
         for (int m = 0; m < 2; ++m) {
-            auto c = base;
-            c.schedule = result.schedules[m];
-            c.attention_multipliers.clear();
+            const auto& c = result.configs[m];
             const auto save_to = o.out.empty() ? std::filesystem::path{}
                                                : o.out / (std::string(compared_model_slug(m)) + "-seed" + std::to_string(seed));
             run_result r = train_run<B>(ctx, c, tokens, seed, o, seed == o.seeds.front(), save_to, [&](const train::step_report& s) {

@@ -81,8 +81,8 @@ inline nlohmann::ordered_json config_to_json(const model_config& c, const schedu
     j["bos_token_id"] = special(c.bos_token_id);
     j["eos_token_id"] = special(c.eos_token_id);
     j["pad_token_id"] = special(c.pad_token_id);
-    auto& attn = j["sequence_mixer_blocks"] = nlohmann::ordered_json::array();
-    auto& mlp = j["mlp_blocks"] = nlohmann::ordered_json::array();
+    // Built apart and moved in: a reference into an ordered_json dangles once a later key is added.
+    auto attn = nlohmann::ordered_json::array(), mlp = nlohmann::ordered_json::array();
     for (int i = 0; i < s.layers(); ++i) {
         attn.push_back({{"sequence_mixer_type", "softmax_attention"},
                         {"num_attention_heads", s.dims.heads},
@@ -97,6 +97,8 @@ inline nlohmann::ordered_json config_to_json(const model_config& c, const schedu
             mlp.push_back({{"mlp_type", "MLP"}, {"activation_function", "swiglu"}, {"intermediate_size", 4 * s.width(i)},
                            {"add_bias", false}, {"use_interleaved_weights", c.mlp == swiglu_layout::interleaved}});
     }
+    j["sequence_mixer_blocks"] = std::move(attn);
+    j["mlp_blocks"] = std::move(mlp);
     return j;
 }
 

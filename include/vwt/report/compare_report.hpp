@@ -35,8 +35,8 @@ inline nlohmann::ordered_json compare_report_json(const compare_report_input& in
     report["seq"] = o.sequence_length;
     report["lr"] = o.train.lr.lr;
     for (int m = 0; m < 2; ++m) {
-        const auto& s = r.schedules[m];
-        const auto costs = account(s, {o.sequence_length, 2, 4});
+        const auto& s = r.configs[m].schedule;
+        const auto costs = account(r.configs[m], {o.sequence_length, 2, 4});
         std::vector<double> finals, speeds;
         for (const auto& run : r.runs[m]) finals.push_back(run.final_loss), speeds.push_back(run.tokens_per_second);
         auto& j = report[experiments::compared_model_slug(m)];
@@ -68,7 +68,7 @@ inline std::string compare_report_markdown(const compare_report_input& in) {
        << "|---|---|---|---|---|---|---|\n";
     for (int m = 0; m < 2; ++m) {
         const auto& e = j[experiments::compared_model_slug(m)];
-        md << "| " << experiments::compared_model_name(m) << " | " << joined(r.schedules[m].widths) << " | " << e["params"].get<long long>() << " | "
+        md << "| " << experiments::compared_model_name(m) << " | " << joined(r.configs[m].schedule.widths) << " | " << e["params"].get<long long>() << " | "
            << detail::fixed(e["flops_per_token"].get<double>(), 0) << " | " << e["kv_bytes_per_token"].get<long long>() << " | "
            << detail::fixed(e["final_validation_loss_mean"].get<double>(), 4) << " ± "
            << detail::fixed(e["final_validation_loss_std"].get<double>(), 4) << " | "
