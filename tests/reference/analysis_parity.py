@@ -33,7 +33,7 @@ def statistics(ref, windows):
 
     out = []
     for i, step in enumerate(trace):
-        w = ref.widths[i]
+        w = step["out"].shape[-1]  # the layer's columns: w_i, or h in a fixed-width stream
         x = step["out"].reshape(tokens, w).numpy()
         lam = np.clip(np.linalg.eigvalsh(np.cov(x, rowvar=False, bias=True)), 0, None)
         sigma = np.sqrt(lam)
@@ -64,10 +64,12 @@ def main(vwt, work):
     tail = list(corpus[len(corpus) - int(len(corpus) * FRACTION):])
     windows = [tail[i * SEQ:(i + 1) * SEQ] for i in range(min(WINDOWS, (len(tail) - 1) // SEQ))]
     failures = 0
-    # schedules the C++ tests do not use: an x shape with a wide first layer, a diamond, a uniform model
-    for name, widths, h in [("x", [160, 96, 64, 32, 48, 160], 96), ("diamond", [64, 96, 128, 96, 64], 96), ("uniform", [96] * 4, 96)]:
+    # schedules the C++ tests do not use: an x shape with a wide first layer, a diamond, a uniform model,
+    # the constant-residual baseline (every block reads and writes h columns)
+    for name, widths, h, stream in [("x", [160, 96, 64, 32, 48, 160], 96, None), ("diamond", [64, 96, 128, 96, 64], 96, None),
+                                    ("uniform", [96] * 4, 96, None), ("constant", [160, 72, 40, 88, 136], 96, {"fixed_residual_width": True})]:
         # a large init, so that every layer turns the stream well away from cosine 1
-        ref = Reference(widths, h, 4, 4, 258, 256, seed=len(widths), init_range=1.0)
+        ref = Reference(widths, h, 4, 4, 258, 256, seed=len(widths), init_range=1.0, stream=stream)
         ref.round_weights("F32")
         d = os.path.join(work, name)
         os.makedirs(d, exist_ok=True)
