@@ -122,10 +122,9 @@ dynamic_schedule schedule_flags::build(std::string& name, int& base_width) const
 
 model_config schedule_flags::model(dynamic_schedule s, bool standard) const {
     auto c = byte_level_config(std::move(s), standard);
-    bool known = false;
-    for (auto r : {resize_method::move_up, resize_method::zero, resize_method::interpolate, resize_method::linear, resize_method::gaussian})
-        if (resize == resize_method_name(r)) c.resize = r, known = true;
-    if (!known) detail::fail("--resize: unknown method '", resize, "' (move_up, zero, interpolate, linear, gaussian)");
+    const auto method = resize_method_named(resize);
+    if (!method) detail::fail("--resize: unknown method '", resize, "' (move_up, zero, interpolate, linear, gaussian)");
+    c.resize = *method;
     if (align_corners && c.resize != resize_method::interpolate) detail::fail("--interpolate-align-corners: needs --resize interpolate");
     c.interpolate_align_corners = align_corners;
     return c;

@@ -314,9 +314,7 @@ inline model_config config_from_json(const nlohmann::json& j, const std::string&
     c.initializer_range = top.number_or("initializer_range", 0, 1e6, 0.02);
     c.norm_eps = top.number_or("layer_norm_epsilon", 0, 1, 1e-5);
     c.rope_theta = top.number_or("rope_theta", 1, 1e12, 10000.0);
-    const auto resize = top.choice("expand_method", "zero", {"move_up", "zero", "interpolate", "linear", "gaussian"});
-    for (auto r : {resize_method::move_up, resize_method::zero, resize_method::interpolate, resize_method::linear, resize_method::gaussian})
-        if (resize == resize_method_name(r)) c.resize = r;
+    c.resize = *resize_method_named(top.choice("expand_method", "zero", {"move_up", "zero", "interpolate", "linear", "gaussian"}));
     c.resize_seed = static_cast<std::uint64_t>(top.integer_or("vwt_resize_seed", 0, std::int64_t{1} << 53, 0));
     c.interpolate_align_corners = top.boolean_or("interpolate_align_corners", false);
     if (!top.absent("sinkhorn_iters") && top.integer("sinkhorn_iters", 0, 1000000) != 0)

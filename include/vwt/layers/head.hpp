@@ -51,7 +51,7 @@ struct head {
 
     // Columns of the head's input rows: max(w_L, u), or w_L + u (the normed rows, then their
     // projection) with a projection.
-    index_t input_cols() const { return projection.empty() ? std::max(last_width, hidden) : last_width + hidden; }
+    index_t input_cols() const { return head_input_cols(last_width, hidden, !projection.empty()); }
     // The columns of the head's input that lm_head reads.
     template <class U>
     mat<U> unembedding_input(mat<U> head_in) const {

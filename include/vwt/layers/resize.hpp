@@ -65,53 +65,55 @@ public:
     };
 
     residual_resize(const dynamic_schedule& s, resize_method method) : method_(method) {
-        const bool projects = method == resize_method::interpolate || method == resize_method::linear;
-        const bool draws = method == resize_method::gaussian;
         // The stream starts at the embedding's width; a layer wider than the stream before it grows it.
         int stream = embedding_width(s);
         for (int i = 0; i < s.layers(); ++i) {
             const int w = stream_width(s, i);
-            const bool grows = w > stream;
-            grown_.push_back(grows && method == resize_method::zero ? column_range{stream, w} : column_range{});
-            projected_.push_back(grows && projects ? projection{stream, w} : projection{});
-            padded_.push_back(grows && draws ? projection{stream, w} : projection{});
+            grows_.push_back(w > stream ? projection{stream, w} : projection{});
             stream = w;
         }
         const int last = final_norm_width(s), head = unembedding_width(s);
-        if (last < head && projects) head_projection_ = {last, head};
-        else if (last < head && draws) head_padding_ = {last, head};
-        else if (last < head) head_ = {last, head};
+        if (last < head) head_grows_ = {last, head};
     }
 
     resize_method method() const { return method_; }
     // Columns set to zero before layer i (zero resize only).
-    column_range zeroed_before(int layer) const { return grown_[static_cast<std::size_t>(layer)]; }
+    column_range zeroed_before(int layer) const {
+        const auto g = grows_before(layer, method_ == resize_method::zero);
+        return {g.from, g.to};
+    }
     // The projection before layer i (interpolate and linear resizes only).
-    projection projected_before(int layer) const { return projected_[static_cast<std::size_t>(layer)]; }
+    projection projected_before(int layer) const { return grows_before(layer, projects()); }
     // The gaussian padding before layer i: columns [from, to) drawn from the first `from`.
-    projection padded_before(int layer) const { return padded_[static_cast<std::size_t>(layer)]; }
+    projection padded_before(int layer) const { return grows_before(layer, method_ == resize_method::gaussian); }
     // The gaussian padding of the head's normed rows from w_L to u.
-    projection head_padding() const { return head_padding_; }
+    projection head_padding() const { return method_ == resize_method::gaussian ? head_grows_ : projection{}; }
     // Columns the head reads from the stream itself, un-normed: [w_L, u) when w_L < u, the
     // unembedding width (h, w_L, or the widest layer's), for move_up and zero models.
-    column_range from_stream_to_head() const { return head_; }
+    column_range from_stream_to_head() const {
+        return method_ == resize_method::move_up || method_ == resize_method::zero ? column_range{head_grows_.from, head_grows_.to}
+                                                                                     : column_range{};
+    }
     // The projection of the normed [0, w_L) to the head's u columns (interpolate and linear).
-    projection head_projection() const { return head_projection_; }
+    projection head_projection() const { return projects() ? head_grows_ : projection{}; }
 
 private:
+    bool projects() const { return method_ == resize_method::interpolate || method_ == resize_method::linear; }
+    projection grows_before(int layer, bool applies) const { return applies ? grows_[static_cast<std::size_t>(layer)] : projection{}; }
+
     resize_method method_;
-    std::vector<column_range> grown_;
-    std::vector<projection> projected_, padded_;
-    column_range head_;
-    projection head_projection_, head_padding_;
+    std::vector<projection> grows_;  // before each layer: the stream's growth from..to (empty where it does not grow)
+    projection head_grows_;          // w_L..u when the head is wider than the final norm
 };
 
-// The columns of the head's input rows (see head::input_cols): max(w_L, u), or w_L + u when the
-// head projects its normed rows (interpolate and linear resizes with w_L < u).
+// The columns of the head's input rows: max(w_L, u), or w_L + u (the normed rows, then their
+// projection to u) when the head projects (interpolate and linear resizes with w_L < u).
+inline index_t head_input_cols(index_t last_width, index_t unembedding_width, bool projects) {
+    return projects ? last_width + unembedding_width : std::max(last_width, unembedding_width);
+}
 inline index_t head_input_cols(const model_config& c) {
     const residual_resize r(c.schedule, c.resize);
-    const index_t last = final_norm_width(c.schedule), head = unembedding_width(c.schedule);
-    return r.head_projection().empty() ? std::max(last, head) : last + head;
+    return head_input_cols(final_norm_width(c.schedule), unembedding_width(c.schedule), !r.head_projection().empty());
 }
 
 }  // namespace vwt

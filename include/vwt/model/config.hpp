@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -36,6 +38,16 @@ constexpr const char* resize_method_name(resize_method r) {
         case resize_method::gaussian: return "gaussian";
     }
     return "";
+}
+
+inline constexpr resize_method all_resize_methods[] = {resize_method::move_up, resize_method::zero, resize_method::interpolate,
+                                                       resize_method::linear, resize_method::gaussian};
+
+// The method of an expand_method name; nothing for a name vwt does not implement.
+inline std::optional<resize_method> resize_method_named(std::string_view name) {
+    for (auto r : all_resize_methods)
+        if (name == resize_method_name(r)) return r;
+    return std::nullopt;
 }
 
 
