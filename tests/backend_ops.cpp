@@ -7,6 +7,10 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -759,3 +763,46 @@ TEMPLATE_TEST_CASE("moe ops: every policy with them against the reference", "[op
 
 static_assert(vwt::moe_backend_policy<vwt::reference::backend<double>> && vwt::moe_backend_policy<vwt::cpu::backend<float>> &&
               vwt::moe_backend_policy<vwt::cpu::backend<float, vwt::bf16>> && vwt::moe_backend_policy<vwt::cpu::backend<float, vwt::q8_block>>);
+
+// The CPU policy's buffers: 64-byte aligned and zeroed; on Linux, 4 MiB or more on a 2 MiB boundary
+// with the kernel asked for transparent huge pages (the "hg" flag of the mapping in
+// /proc/self/smaps, which the kernel sets where madvise(MADV_HUGEPAGE) took).
+TEST_CASE("host buffers: aligned, zeroed, large ones advised onto huge pages") {
+    using buffer = vwt::cpu::backend<float>::buffer<float>;
+    const buffer small(1000);
+    CHECK(reinterpret_cast<std::uintptr_t>(small.view().data()) % 64 == 0);
+    const buffer large((std::size_t{6} << 20) / sizeof(float) + 3);
+    const auto* p = large.view().data();
+    for (index_t i = 0; i < large.size(); i += 4099) REQUIRE(p[i] == 0.0f);
+#if defined(__linux__)
+    CHECK(reinterpret_cast<std::uintptr_t>(p) % (std::uintptr_t{2} << 20) == 0);
+    std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
+    std::string modes;
+    std::getline(thp, modes);
+    if (modes.empty()) {
+        WARN("this kernel has no transparent huge pages: the advice is not checked");
+        return;
+    }
+    // the mapping that holds p, and its VmFlags line
+    std::ifstream smaps("/proc/self/smaps");
+    const auto at = reinterpret_cast<std::uintptr_t>(p);
+    bool inside = false, advised = false, found = false;
+    for (std::string line; std::getline(smaps, line);) {
+        std::uintptr_t lo = 0, hi = 0;
+        char dash = 0;
+        std::istringstream range(line);
+        if (range >> std::hex >> lo >> dash >> hi && dash == '-' && line.find(' ') != std::string::npos &&
+            line.find(':') > line.find(' ')) {
+            inside = lo <= at && at < hi;
+            continue;
+        }
+        if (inside && line.rfind("VmFlags:", 0) == 0) {
+            found = true;
+            advised = line.find(" hg") != std::string::npos;
+            break;
+        }
+    }
+    REQUIRE(found);
+    CHECK(advised);
+#endif
+}

@@ -7,6 +7,10 @@
 #include <new>
 #include <utility>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 #include "../error.hpp"
 #include "../tensor/view.hpp"
 
@@ -68,19 +72,39 @@ private:
 // head, so its order of additions (and its rounding) depends on where the array starts; buffers
 // that always start on a 64-byte boundary (the widest packet, AVX-512) make results independent of
 // the heap.
+//
+// On Linux, an allocation of huge_page_threshold bytes or more (a model's weights, a KV cache, a
+// training step's workspace) starts on a 2 MiB boundary and asks the kernel for transparent huge
+// pages (madvise MADV_HUGEPAGE; the kernel may decline, and /sys/kernel/mm/transparent_hugepage
+// set to "never" turns it off). Streaming a buffer from memory through 4 KiB pages ran at 19-22
+// GB/s on a 2-core Xeon VM against 30-31 GB/s through 2 MiB pages: every 4 KiB page costs a TLB
+// walk and stops the hardware prefetcher, and decode streams every weight once per token.
 struct aligned_host_allocator {
     static constexpr std::size_t alignment = 64;
+    static constexpr std::size_t huge_page = std::size_t{2} << 20;
+    static constexpr std::size_t huge_page_threshold = std::size_t{4} << 20;
+    static constexpr std::size_t alignment_of([[maybe_unused]] std::size_t bytes) {
+#if defined(__linux__)
+        if (bytes >= huge_page_threshold) return huge_page;
+#endif
+        return alignment;
+    }
     template <class U>
     static U* allocate(index_t n) {
         if (static_cast<std::size_t>(n) > static_cast<std::size_t>(-1) / sizeof(U)) throw std::bad_array_new_length();
-        void* p = ::operator new(static_cast<std::size_t>(n) * sizeof(U), std::align_val_t{alignment});
+        const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(U);
+        void* p = ::operator new(bytes, std::align_val_t{alignment_of(bytes)});
+#if defined(__linux__)
+        // before the first touch below, so that the pages are huge from their first fault
+        if (bytes >= huge_page_threshold) ::madvise(p, bytes / 4096 * 4096, MADV_HUGEPAGE);  // advice: failure changes nothing
+#endif
         U* u = static_cast<U*>(p);
         for (index_t i = 0; i < n; ++i) new (u + i) U();
         return u;
     }
     template <class U>
-    static void deallocate(U* p, index_t) {
-        ::operator delete(p, std::align_val_t{alignment});
+    static void deallocate(U* p, index_t n) {
+        ::operator delete(p, std::align_val_t{alignment_of(static_cast<std::size_t>(n) * sizeof(U))});
     }
 };
 
