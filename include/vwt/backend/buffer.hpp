@@ -96,7 +96,7 @@ struct aligned_host_allocator {
         void* p = ::operator new(bytes, std::align_val_t{alignment_of(bytes)});
 #if defined(__linux__)
         // before the first touch below, so that the pages are huge from their first fault
-        if (bytes >= huge_page_threshold) ::madvise(p, bytes / 4096 * 4096, MADV_HUGEPAGE);  // advice: failure changes nothing
+        if (alignment_of(bytes) == huge_page) ::madvise(p, bytes / 4096 * 4096, MADV_HUGEPAGE);  // advice: failure changes nothing
 #endif
         U* u = static_cast<U*>(p);
         for (index_t i = 0; i < n; ++i) new (u + i) U();
