@@ -197,6 +197,39 @@ TEMPLATE_TEST_CASE("ops: RoPE at positions far from 0, and its inverse", "[ops]"
     same<TestType>(X.get(), x, 1e-5);
 }
 
+// A prompt's rows: long runs of consecutive positions (which the CPU policy continues by angle
+// addition instead of a sin/cos per row), broken once, starting far from 0; a head dim with more
+// than 64 frequencies. Checked against cos/sin of each row's own angle, computed here.
+TEMPLATE_TEST_CASE("ops: RoPE over runs of consecutive positions", "[ops]", POLICIES) {
+    SKIP_WITHOUT_DEVICE();
+    const int H = 2, Hkv = 1, d = 140, G = H / Hkv, half = d / 2;
+    const index_t rows = 45, cols = (H + 2 * Hkv) * d;
+    const auto x = values(rows * cols, 24);
+    std::vector<int> positions;
+    for (int i = 0; i < 30; ++i) positions.push_back(70000 + i);
+    for (int i = 0; i < 15; ++i) positions.push_back(5 + i);
+    std::vector<double> expected(x.begin(), x.end());
+    for (index_t r = 0; r < rows; ++r)
+        for (int h = 0; h <= G; ++h)  // the G queries and the key; the value stays
+            for (int j = 0; j < half; ++j) {
+                const double angle = positions[static_cast<std::size_t>(r)] * std::pow(10000.0, -2.0 * j / d);
+                const auto at = static_cast<std::size_t>(r * cols + h * d + j);
+                const double a = x[at], b = x[at + half];
+                expected[at] = a * std::cos(angle) - b * std::sin(angle);
+                expected[at + half] = b * std::cos(angle) + a * std::sin(angle);
+            }
+    for (const int threads : {1, 2}) {
+        if (threads > 1 && !has_threads<TestType>()) continue;
+        const auto ctx = context_of<TestType>(threads);
+        on<TestType> X(ctx, x, rows, cols);
+        typename TestType::template buffer<int> pos(rows);
+        TestType::upload(ctx, std::span<const int>(positions), pos.view());
+        TestType::rope(ctx, X.m(), vwt::rope_layout<>{Hkv, G + 1, static_cast<index_t>(G + 2) * d, vwt::extent<vwt::dynamic_extent>(d)},
+                       pos.view(), 10000.0, false);
+        same<TestType>(X.get(), expected, 2e-5);
+    }
+}
+
 TEMPLATE_TEST_CASE("ops: causal attention with a past, GQA, and its backward", "[ops]", POLICIES) {
     SKIP_WITHOUT_DEVICE();
     for (const auto& heads : std::vector<std::pair<int, int>>{{4, 4}, {6, 2}, {4, 1}})

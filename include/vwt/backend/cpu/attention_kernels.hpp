@@ -41,8 +41,15 @@ template <class E>
 inline void transpose_keys(const E* keys, index_t stride, attention_head_layout l, float* kt) {
     const index_t ldk = l.key_stride();
     for (index_t c = 0; c < l.d; ++c) std::fill(kt + c * ldk + l.n_ctx, kt + (c + 1) * ldk, 0.0f);
-    for (index_t j = 0; j < l.n_ctx; ++j)
-        for (index_t c = 0; c < l.d; ++c) kt[c * ldk + j] = static_cast<float>(keys[j * stride + c]);
+    // 16 keys at a time, so that each coordinate's row of kt gets a whole cache line per pass: one
+    // key at a time wrote d lines key_stride() apart, which (a power of two in floats for prefill
+    // lengths like 256) fall into a handful of L1 sets and evicted each other.
+    constexpr index_t keys_per_pass = 16;
+    for (index_t j0 = 0; j0 < l.n_ctx; j0 += keys_per_pass) {
+        const index_t j1 = std::min(l.n_ctx, j0 + keys_per_pass);
+        for (index_t c = 0; c < l.d; ++c)
+            for (index_t j = j0; j < j1; ++j) kt[c * ldk + j] = static_cast<float>(keys[j * stride + c]);
+    }
 }
 // values: n_ctx rows of d values; vp: the same rows padded with zeros to value_stride().
 template <class E>

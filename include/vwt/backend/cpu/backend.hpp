@@ -324,30 +324,53 @@ struct backend {
     // ---- RoPE, rotate-half, pairs (j, j + d/2), inv_freq_j = theta^(-2j/d), at each row's position,
     // in place over the heads that `layout` names. One cos/sin per row and frequency serves every
     // head. The rotation is orthogonal: `inverse` rotates by the negated angle (the backward).
+    // Rows run in tasks of rope_rows; in a task, a row at the position after the previous row's
+    // takes its cos/sin from the previous one by the angle-addition formula in double (one step
+    // of inv_freq_j), so that the sin/cos calls are per task, not per row.
+    static constexpr index_t rope_rows = 16;
     template <index_t D>
     static void rope(const context& ctx, mat<T> x, rope_layout<D> layout, vec<const int> positions, double theta,
                      bool inverse = false) {
         const int d = static_cast<int>(layout.head_dim.value()), half = d / 2;
         check_size(x.rows(), positions.size(), "rope positions");
         const double sign = inverse ? -1.0 : 1.0;
-        // theta^(-2j/d), the same for every row: once per call for head dims up to 512 (on the stack:
-        // decode allocates nothing), per row beyond
-        std::array<double, 256> table;
-        const bool tabled = half <= static_cast<int>(table.size());
-        for (int j = 0; tabled && j < half; ++j) table[static_cast<std::size_t>(j)] = std::pow(theta, -2.0 * j / d);
-        const auto frequency = [&](int j) { return tabled ? table[static_cast<std::size_t>(j)] : std::pow(theta, -2.0 * j / d); };
-        parallel_for(ctx.threads, x.rows(), [&](index_t r) {
-            T* row = x.row(r);
-            for (int j = 0; j < half; ++j) {
-                const double angle = sign * positions[r] * frequency(j);
-                const T c = static_cast<T>(std::cos(angle)), s = static_cast<T>(std::sin(angle));
-                for (int g = 0; g < layout.groups; ++g) {
-                    for (int h = 0; h < layout.heads_per_group; ++h) {
-                        T* v = row + g * layout.group_stride + static_cast<index_t>(h) * d;
-                        const T a = v[j], b = v[j + half];
-                        v[j] = a * c - b * s;
-                        v[j + half] = b * c + a * s;
+        constexpr int chunk = 64;  // frequencies per pass, their cos/sin on the stack (decode allocates nothing)
+        parallel_for(ctx.threads, (x.rows() + rope_rows - 1) / rope_rows, [&](index_t task) {
+            const index_t r0 = task * rope_rows, r1 = std::min(x.rows(), r0 + rope_rows);
+            for (int j0 = 0; j0 < half; j0 += chunk) {
+                const int n = std::min(chunk, half - j0);
+                std::array<double, chunk> frequency, step_cos, step_sin, cos_d, sin_d;
+                std::array<T, chunk> c, s;
+                for (int j = 0; j < n; ++j) {
+                    const auto i = static_cast<std::size_t>(j);
+                    frequency[i] = std::pow(theta, -2.0 * (j0 + j) / d);
+                    step_cos[i] = std::cos(sign * frequency[i]), step_sin[i] = std::sin(sign * frequency[i]);
+                }
+                for (index_t r = r0; r < r1; ++r) {
+                    const bool next = r > r0 && positions[r] == positions[r - 1] + 1;
+                    for (int j = 0; j < n; ++j) {
+                        const auto i = static_cast<std::size_t>(j);
+                        if (next) {
+                            const double cr = cos_d[i] * step_cos[i] - sin_d[i] * step_sin[i];
+                            sin_d[i] = sin_d[i] * step_cos[i] + cos_d[i] * step_sin[i];
+                            cos_d[i] = cr;
+                        } else {
+                            const double angle = sign * positions[r] * frequency[i];
+                            cos_d[i] = std::cos(angle), sin_d[i] = std::sin(angle);
+                        }
+                        c[i] = static_cast<T>(cos_d[i]), s[i] = static_cast<T>(sin_d[i]);
                     }
+                    T* row = x.row(r);
+                    for (int g = 0; g < layout.groups; ++g)
+                        for (int h = 0; h < layout.heads_per_group; ++h) {
+                            T* v = row + g * layout.group_stride + static_cast<index_t>(h) * d + j0;
+                            for (int j = 0; j < n; ++j) {
+                                const auto i = static_cast<std::size_t>(j);
+                                const T a = v[j], b = v[j + half];
+                                v[j] = a * c[i] - b * s[i];
+                                v[j + half] = b * c[i] + a * s[i];
+                            }
+                        }
                 }
             }
         });
@@ -717,35 +740,37 @@ struct backend {
     // ---- layout moves. The fused qkv rows hold, per kv group, G query heads, its key, its value.
     // Keys and values of bf16 are rounded to the nearest bf16.
     template <index_t D, class E = T>
-    static void split_qkv(const context&, mat<const T> qkv, mat<T> q, mat<E> k, mat<E> v, attention_shape<D> shape) {
+    static void split_qkv(const context& ctx, mat<const T> qkv, mat<T> q, mat<E> k, mat<E> v, attention_shape<D> shape) {
         const index_t d = shape.head_dim.value();
         const int G = shape.heads / shape.kv_heads;
         const auto store = [&](const T* from, E* to) {
             if constexpr (std::is_same_v<E, T>) std::copy(from, from + d, to);
             else kernels::round_to_bf16(from, d, to);
         };
-        for (index_t r = 0; r < qkv.rows(); ++r)
+        parallel_for(ctx.threads, qkv.rows(), [&](index_t r) {
             for (int g = 0; g < shape.kv_heads; ++g) {
                 const T* src = qkv.row(r) + g * (G + 2) * d;
                 std::copy(src, src + G * d, q.row(r) + g * G * d);
                 store(src + G * d, k.row(r) + g * d);
                 store(src + (G + 1) * d, v.row(r) + g * d);
             }
+        });
     }
     template <index_t D>
-    static void join_qkv(const context&, mat<const T> q, mat<const T> k, mat<const T> v, mat<T> qkv, attention_shape<D> shape) {
+    static void join_qkv(const context& ctx, mat<const T> q, mat<const T> k, mat<const T> v, mat<T> qkv, attention_shape<D> shape) {
         const index_t d = shape.head_dim.value();
         const int G = shape.heads / shape.kv_heads;
-        for (index_t r = 0; r < qkv.rows(); ++r)
+        parallel_for(ctx.threads, qkv.rows(), [&](index_t r) {
             for (int g = 0; g < shape.kv_heads; ++g) {
                 T* dst = qkv.row(r) + g * (G + 2) * d;
                 std::copy(q.row(r) + g * G * d, q.row(r) + (g + 1) * G * d, dst);
                 std::copy(k.row(r) + g * d, k.row(r) + (g + 1) * d, dst + G * d);
                 std::copy(v.row(r) + g * d, v.row(r) + (g + 1) * d, dst + (G + 1) * d);
             }
+        });
     }
-    static void copy(const context&, mat<const T> from, mat<T> to) {
-        for (index_t r = 0; r < from.rows(); ++r) std::copy(from.row(r), from.row(r) + from.cols(), to.row(r));
+    static void copy(const context& ctx, mat<const T> from, mat<T> to) {
+        parallel_for(ctx.threads, from.rows(), [&](index_t r) { std::copy(from.row(r), from.row(r) + from.cols(), to.row(r)); });
     }
     // The mean and the population standard deviation of n values, in double.
     struct moments {
