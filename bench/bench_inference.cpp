@@ -194,31 +194,66 @@ constexpr bool library_present(gemm_library l) {
     return true;
 }
 
+// Arrays on 2 MiB pages where Linux gives them (transparent huge pages, asked for with madvise),
+// as vwt's own buffers are: every baseline here (the library GEMMs' operands, the read bound's
+// array) gets the memory the model gets. On the Xeon VM a 4 KiB-page array read at 19-22 GB/s and
+// the same array on 2 MiB pages at 30-31 GB/s; the same-shape bf16 GEMMs ran ~25% faster on them.
+// Written here, not taken from vwt, so that no baseline depends on vwt's code.
+constexpr std::size_t huge_page = std::size_t{2} << 20;
+struct huge_page_release {
+    void operator()(void* p) const { ::operator delete(p, std::align_val_t{huge_page}); }
+};
+template <class T>
+using huge_page_array = std::unique_ptr<T[], huge_page_release>;
+template <class T>
+huge_page_array<T> make_huge_page_array(std::size_t n, T value) {
+    const std::size_t bytes = (n * sizeof(T) + huge_page - 1) / huge_page * huge_page;
+    auto* p = static_cast<T*>(::operator new(bytes, std::align_val_t{huge_page}));
+#if defined(__linux__)
+    ::madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+    std::fill(p, p + n, value);
+    return huge_page_array<T>(p);
+}
+// Operands of each shape, carved from one huge-page array per operand: a [m x k], b [n x k], c [m x n].
+template <class In, class Out>
+struct gemm_operands {
+    huge_page_array<In> a_all, b_all;
+    huge_page_array<Out> c_all;
+    std::vector<In*> a, b;
+    std::vector<Out*> c;
+    gemm_operands(const std::vector<gemm_shape>& shapes, In a_value, In b_value) {
+        const auto rounded = [](std::size_t n) { return (n + 15) / 16 * 16; };  // each operand on a cache line
+        std::size_t na = 0, nb = 0, nc = 0;
+        for (const auto& sh : shapes)
+            na += rounded(std::size_t(sh.m) * sh.k), nb += rounded(std::size_t(sh.n) * sh.k), nc += rounded(std::size_t(sh.m) * sh.n);
+        a_all = make_huge_page_array(na, a_value), b_all = make_huge_page_array(nb, b_value), c_all = make_huge_page_array(nc, Out{});
+        na = nb = nc = 0;
+        for (const auto& sh : shapes) {
+            a.push_back(a_all.get() + na), b.push_back(b_all.get() + nb), c.push_back(c_all.get() + nc);
+            na += rounded(std::size_t(sh.m) * sh.k), nb += rounded(std::size_t(sh.n) * sh.k), nc += rounded(std::size_t(sh.m) * sh.n);
+        }
+    }
+};
+
 struct sgemm_runner {
     gemm_library library;
     std::vector<gemm_shape> shapes;
-    std::vector<std::vector<float>> a, b, c;
-    sgemm_runner(const vwt::dynamic_schedule& s, gemm_library l) : library(l), shapes(sgemm_shapes(s)) {
-        for (const auto& sh : shapes) {
-            a.emplace_back(static_cast<std::size_t>(sh.m) * sh.k, 0.5f);
-            b.emplace_back(static_cast<std::size_t>(sh.n) * sh.k, 0.25f);
-            c.emplace_back(static_cast<std::size_t>(sh.m) * sh.n);
-        }
-    }
+    gemm_operands<float, float> x;
+    sgemm_runner(const vwt::dynamic_schedule& s, gemm_library l) : library(l), shapes(sgemm_shapes(s)), x(shapes, 0.5f, 0.25f) {}
     void operator()() {
         for (std::size_t i = 0; i < shapes.size(); ++i) {
             const auto& sh = shapes[i];
             switch (library) {
-                case gemm_library::eigen: eigen_gemm(sh, a[i].data(), b[i].data(), c[i].data()); break;
+                case gemm_library::eigen: eigen_gemm(sh, x.a[i], x.b[i], x.c[i]); break;
 #if defined(VWT_BENCH_OPENBLAS)
                 case gemm_library::openblas:
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, sh.m, sh.n, sh.k, 1.0f, a[i].data(), sh.k, b[i].data(), sh.k, 0.0f,
-                                c[i].data(), sh.n);
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, sh.m, sh.n, sh.k, 1.0f, x.a[i], sh.k, x.b[i], sh.k, 0.0f, x.c[i], sh.n);
                     break;
 #endif
 #if defined(VWT_BENCH_ONEDNN)
                 case gemm_library::onednn:
-                    dnnl_sgemm('N', 'T', sh.m, sh.n, sh.k, 1.0f, a[i].data(), sh.k, b[i].data(), sh.k, 0.0f, c[i].data(), sh.n);
+                    dnnl_sgemm('N', 'T', sh.m, sh.n, sh.k, 1.0f, x.a[i], sh.k, x.b[i], sh.k, 0.0f, x.c[i], sh.n);
                     break;
 #endif
                 default: break;
@@ -262,14 +297,12 @@ struct bf16_gemm_runner {
     dnnl::stream stream{engine};
     std::vector<dnnl::matmul> primitives;
     std::vector<std::unordered_map<int, dnnl::memory>> args;
-    std::vector<std::vector<std::uint16_t>> a, b;
-    std::vector<std::vector<float>> c;
-    explicit bf16_gemm_runner(const vwt::dynamic_schedule& s) {
+    std::vector<gemm_shape> shapes;
+    gemm_operands<std::uint16_t, float> x;  // bf16 bits: 0x3f00 = 0.5, 0x3e80 = 0.25
+    explicit bf16_gemm_runner(const vwt::dynamic_schedule& s) : shapes(sgemm_shapes(s)), x(shapes, 0x3f00, 0x3e80) {
         using dt = dnnl::memory::data_type;
-        for (const auto& sh : sgemm_shapes(s)) {
-            a.emplace_back(static_cast<std::size_t>(sh.m) * sh.k, 0x3f00);  // 0.5
-            b.emplace_back(static_cast<std::size_t>(sh.n) * sh.k, 0x3e80);  // 0.25
-            c.emplace_back(static_cast<std::size_t>(sh.m) * sh.n);
+        for (std::size_t i = 0; i < shapes.size(); ++i) {
+            const auto& sh = shapes[i];
             const dnnl::memory::desc ad({sh.m, sh.k}, dt::bf16, dnnl::memory::dims{sh.k, 1});
             const dnnl::memory::desc bd({sh.k, sh.n}, dt::bf16, dnnl::memory::dims{1, sh.k});
             const dnnl::memory::desc cd({sh.m, sh.n}, dt::f32, dnnl::memory::dims{sh.n, 1});
@@ -279,9 +312,9 @@ struct bf16_gemm_runner {
                 primitives.clear();
                 return;
             }
-            args.push_back({{DNNL_ARG_SRC, dnnl::memory(ad, engine, a.back().data())},
-                            {DNNL_ARG_WEIGHTS, dnnl::memory(bd, engine, b.back().data())},
-                            {DNNL_ARG_DST, dnnl::memory(cd, engine, c.back().data())}});
+            args.push_back({{DNNL_ARG_SRC, dnnl::memory(ad, engine, x.a[i])},
+                            {DNNL_ARG_WEIGHTS, dnnl::memory(bd, engine, x.b[i])},
+                            {DNNL_ARG_DST, dnnl::memory(cd, engine, x.c[i])}});
         }
     }
     bool present() const { return !primitives.empty(); }
@@ -300,23 +333,10 @@ struct bf16_gemm_runner {
 
 // Streaming read bandwidth: the sum of a 1 GiB float array (twice the 480 MiB last-level cache the
 // AMX Xeon VM reports, 32x the EPYC's), split over the threads; bytes read per second. The array
-// lies on 2 MiB pages where Linux gives them (transparent huge pages, asked for with madvise, as
-// vwt's own buffers do): on the Xeon VM a 4 KiB-page array read at 19-22 GB/s and the same array
-// on 2 MiB pages at 30-31 GB/s, and the bound should be the fastest read the machine offers.
+// lies on huge pages (huge_page_array): the bound should be the fastest read the machine offers.
 struct read_runner {
     static constexpr std::size_t n = 256u << 20;  // floats
-    static constexpr std::size_t page = std::size_t{2} << 20;
-    struct release {
-        void operator()(float* p) const { ::operator delete(p, std::align_val_t{page}); }
-    };
-    std::unique_ptr<float, release> data{[] {
-        auto* p = static_cast<float*>(::operator new(n * sizeof(float), std::align_val_t{page}));
-#if defined(__linux__)
-        ::madvise(p, n * sizeof(float), MADV_HUGEPAGE);
-#endif
-        std::fill(p, p + n, 1.0f);
-        return p;
-    }()};
+    huge_page_array<float> data = make_huge_page_array(n, 1.0f);
     float total = 0;
     void operator()() {
         float partial[threads] = {};
