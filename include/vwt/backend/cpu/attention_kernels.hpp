@@ -7,6 +7,8 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "weight_kernels.hpp"
 
@@ -62,6 +64,84 @@ inline void pad_values(const E* values, index_t stride, attention_head_layout l,
 }
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+namespace detail {
+// What softmax_row needs beyond weight_kernels' vector ops: max, a mask of the first n lanes, and
+// 2^n scaling.
+#if defined(__AVX512F__)
+using vmask = __mmask16;
+inline vmask first_lanes(index_t n) { return static_cast<vmask>((1u << n) - 1u); }  // n < lanes
+inline vfloat vselect(vmask m, vfloat where_set, vfloat elsewhere) { return _mm512_mask_blend_ps(m, elsewhere, where_set); }
+inline vfloat vmax(vfloat a, vfloat b) { return _mm512_max_ps(a, b); }
+inline float vmax_of(vfloat a) { return _mm512_reduce_max_ps(a); }
+inline vfloat vsub(vfloat a, vfloat b) { return _mm512_sub_ps(a, b); }
+inline vfloat vround(vfloat x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+inline vfloat vtimes_pow2(vfloat x, vfloat n) { return _mm512_scalef_ps(x, n); }
+#else
+using vmask = __m256;
+inline vmask first_lanes(index_t n) {
+    return _mm256_cmp_ps(_mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_ps(static_cast<float>(n)), _CMP_LT_OQ);
+}
+inline vfloat vselect(vmask m, vfloat where_set, vfloat elsewhere) { return _mm256_blendv_ps(elsewhere, where_set, m); }
+inline vfloat vmax(vfloat a, vfloat b) { return _mm256_max_ps(a, b); }
+inline float vmax_of(vfloat a) {
+    const __m128 h = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    const __m128 q = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_max_ss(q, _mm_shuffle_ps(q, q, 1)));
+}
+inline vfloat vsub(vfloat a, vfloat b) { return _mm256_sub_ps(a, b); }
+inline vfloat vround(vfloat x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+// x * 2^n for integral n in [-126, 127], through the exponent bits
+inline vfloat vtimes_pow2(vfloat x, vfloat n) {
+    const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(x, _mm256_castsi256_ps(bits));
+}
+#endif
+// e^x for x <= 0 (a softmax's shifted scores), within about 2 ulp: x = n ln2 + r with |r| <=
+// ln2 / 2 (ln2 in two parts, the first exact in float), e^r = 1 + r + r^2 P(r) with P the
+// classic degree-5 minimax fit, times 2^n. Below -87 (e^x < 2^-125) x counts as -87.
+inline vfloat vexp_nonpositive(vfloat x) {
+    x = vmax(x, vbroadcast(-87.0f));
+    const vfloat n = vround(vmul(x, vbroadcast(1.44269504088896341f)));
+    vfloat r = vfma(n, vbroadcast(-0.693359375f), x);
+    r = vfma(n, vbroadcast(2.12194440e-4f), r);
+    vfloat poly = vbroadcast(1.9875691500e-4f);
+    poly = vfma(poly, r, vbroadcast(1.3981999507e-3f));
+    poly = vfma(poly, r, vbroadcast(8.3334519073e-3f));
+    poly = vfma(poly, r, vbroadcast(4.1665795894e-2f));
+    poly = vfma(poly, r, vbroadcast(1.6666665459e-1f));
+    poly = vfma(poly, r, vbroadcast(5.0000001201e-1f));
+    return vtimes_pow2(vfma(poly, vmul(r, r), vadd(r, vbroadcast(1.0f))), n);
+}
+}  // namespace detail
+
+// One row of a causal softmax, unnormalised: p[j] = e^(p[j] - max of p[0, seen)) for j < seen
+// and 0 for seen <= j < keys; returns the sum of the exponentials. The row must hold
+// round_up_to_lanes(keys) floats (attention_scores' rows do).
+inline float softmax_row(float* p, index_t seen, index_t keys) {
+    using namespace detail;
+    const index_t full = seen / lanes * lanes, rest = seen - full;
+    const vfloat lowest = vbroadcast(-std::numeric_limits<float>::infinity());
+    vfloat top = lowest;
+    for (index_t j = 0; j < full; j += lanes) top = vmax(top, vload(p + j));
+    if (rest > 0) top = vmax(top, vselect(first_lanes(rest), vload(p + full), lowest));
+    const vfloat shift = vbroadcast(vmax_of(top));
+    vfloat sum = vzero();
+    for (index_t j = 0; j < full; j += lanes) {
+        const vfloat e = vexp_nonpositive(vsub(vload(p + j), shift));
+        vstore(p + j, e);
+        sum = vadd(sum, e);
+    }
+    index_t zero_from = full;
+    if (rest > 0) {
+        const vfloat e = vselect(first_lanes(rest), vexp_nonpositive(vsub(vload(p + full), shift)), vzero());
+        vstore(p + full, e);
+        sum = vadd(sum, e);
+        zero_from = full + lanes;
+    }
+    if (zero_from < keys) std::fill(p + zero_from, p + keys, 0.0f);
+    return vsum(sum);
+}
+
 namespace detail {
 // scores[r][j0 .. j0 + C * lanes) = scale * q_r . key j, for R query rows.
 template <int R, int C>
@@ -151,6 +231,13 @@ inline void attention_values(const float* p, index_t rows, const float* vp, atte
 }
 #else
 // The same contracts in plain loops (the backend uses Eigen's attention on such targets).
+inline float softmax_row(float* p, index_t seen, index_t keys) {
+    const float top = *std::max_element(p, p + seen);
+    float sum = 0;
+    for (index_t j = 0; j < seen; ++j) sum += p[j] = std::exp(p[j] - top);
+    std::fill(p + seen, p + keys, 0.0f);
+    return sum;
+}
 inline void attention_scores(const float* q, index_t q_stride, index_t rows, const float* kt, attention_head_layout l, index_t keys,
                              float scale, float* scores) {
     for (index_t r = 0; r < rows; ++r)

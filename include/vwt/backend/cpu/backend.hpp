@@ -986,13 +986,7 @@ private:
                     const index_t rows = std::min(block, T_q - r0), visible = past + r0 + rows;
                     kernels::attention_scores(q.row(r0) + h * d, q.stride(), rows, kt, layout, visible, scale, p);
                     T sums[block];
-                    for (index_t i = 0; i < rows; ++i) {
-                        const index_t seen = past + r0 + i + 1;
-                        Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>> s(p + i * ldk, seen);
-                        s = (s - s.maxCoeff()).exp();
-                        sums[i] = s.sum();
-                        std::fill(p + i * ldk + seen, p + i * ldk + visible, T(0));
-                    }
+                    for (index_t i = 0; i < rows; ++i) sums[i] = kernels::softmax_row(p + i * ldk, past + r0 + i + 1, visible);
                     kernels::attention_values(p, rows, vp, layout, visible, o, ldv);
                     for (index_t i = 0; i < rows; ++i) {
                         const T inverse = T(1) / sums[i];
