@@ -234,7 +234,7 @@ TEMPLATE_TEST_CASE("ops: causal attention with a past, GQA, and its backward", "
     SKIP_WITHOUT_DEVICE();
     for (const auto& heads : std::vector<std::pair<int, int>>{{4, 4}, {6, 2}, {4, 1}})
         for (const index_t past : {0, 3})
-            for (const index_t T_q : {1, 7, 70})
+            for (const index_t T_q : {1, 7, 9, 11, 70})  // blocks of 8 (4 on AVX2) query rows and every remainder
                 for (const int threads : {1, 2}) {
                     if (threads > 1 && !has_threads<TestType>()) continue;
                     const int H = heads.first, Hkv = heads.second;  // not a structured binding: lambdas capture these
@@ -273,13 +273,13 @@ TEMPLATE_TEST_CASE("ops: causal attention with a past, GQA, and its backward", "
 
 // Prefill and decode over a longer past and head dims that are not a multiple of the vector width
 // (the paper's narrow layers have d = 12, 22, 38, ...), with query rows that are not a multiple of
-// the CPU kernels' block of 4.
+// the CPU kernels' block of 8 (4 on AVX2).
 TEMPLATE_TEST_CASE("ops: prefill and decode attention over long pasts and odd head dims", "[ops]", POLICIES) {
     SKIP_WITHOUT_DEVICE();
     for (const auto& heads : std::vector<std::pair<int, int>>{{5, 5}, {6, 2}})
         for (const index_t d : {3, 22, 72})
             for (const index_t past : {8, 41})
-                for (const index_t T_q : {1, 6, 37})
+                for (const index_t T_q : {1, 6, 20, 37, 42})
                 for (const int threads : {1, 2}) {
                     if (threads > 1 && !has_threads<TestType>()) continue;
                     const int H = heads.first, Hkv = heads.second;

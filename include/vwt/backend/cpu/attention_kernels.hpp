@@ -17,8 +17,10 @@ namespace vwt::cpu::kernels {
 // Whether the kernels below run in SIMD (else they are plain loops the backend does not use).
 inline constexpr bool simd_attention = detail::lanes > 0;
 
-// Query rows processed together: each loaded key or value vector serves this many rows.
-inline constexpr index_t attention_block_rows = 4;
+// Query rows processed together: each loaded key or value vector serves this many rows. With
+// AVX-512's 32 vector registers, 8 rows x 2 vectors of keys keep 16 sums in flight (4 x 2 left the
+// score product at about half the FMA rate, waiting on FMA latency); AVX2 has 16 registers.
+inline constexpr index_t attention_block_rows = detail::lanes == 16 ? 8 : 4;
 
 // n rounded up to whole vectors (1 without SIMD, where nothing here is used).
 inline constexpr index_t round_up_to_lanes(index_t n) {
@@ -191,13 +193,32 @@ inline void scores_of_rows(const float* const* q, const float* kt, index_t ldk, 
 }
 template <int R>
 inline void values_of_rows(const float* p, index_t lds, const float* vp, index_t ldv, index_t keys, float* out, index_t ldo) {
+    constexpr int widest = R <= 4 ? 4 : 2;  // R x widest sums, at most 16 registers
     index_t c0 = 0;
-    for (; c0 + 4 * lanes <= ldv; c0 += 4 * lanes) value_chunks<R, 4>(p, lds, vp, ldv, keys, c0, out, ldo);
+    for (; c0 + widest * lanes <= ldv; c0 += widest * lanes) value_chunks<R, widest>(p, lds, vp, ldv, keys, c0, out, ldo);
     switch ((ldv - c0) / lanes) {
-        case 3: value_chunks<R, 3>(p, lds, vp, ldv, keys, c0, out, ldo); break;
-        case 2: value_chunks<R, 2>(p, lds, vp, ldv, keys, c0, out, ldo); break;
+        case 3:
+            if constexpr (widest > 3) value_chunks<R, 3>(p, lds, vp, ldv, keys, c0, out, ldo);
+            break;
+        case 2:
+            if constexpr (widest > 2) value_chunks<R, 2>(p, lds, vp, ldv, keys, c0, out, ldo);
+            break;
         case 1: value_chunks<R, 1>(p, lds, vp, ldv, keys, c0, out, ldo); break;
         default: break;
+    }
+}
+// f.template operator()<R>() for R = rows, 1 <= rows <= attention_block_rows.
+template <class F>
+inline void with_rows(index_t rows, F&& f) {
+    switch (rows) {
+        case 8: if constexpr (attention_block_rows >= 8) f.template operator()<8>(); break;
+        case 7: if constexpr (attention_block_rows >= 7) f.template operator()<7>(); break;
+        case 6: if constexpr (attention_block_rows >= 6) f.template operator()<6>(); break;
+        case 5: if constexpr (attention_block_rows >= 5) f.template operator()<5>(); break;
+        case 4: f.template operator()<4>(); break;
+        case 3: f.template operator()<3>(); break;
+        case 2: f.template operator()<2>(); break;
+        default: f.template operator()<1>(); break;
     }
 }
 }  // namespace detail
@@ -209,12 +230,7 @@ inline void attention_scores(const float* q, index_t q_stride, index_t rows, con
     const float* q_rows[attention_block_rows];
     for (index_t r = 0; r < attention_block_rows; ++r) q_rows[r] = q + std::min(r, rows - 1) * q_stride;
     const index_t ldk = l.key_stride(), lds = ldk, padded = round_up_to_lanes(keys);
-    switch (rows) {
-        case 4: detail::scores_of_rows<4>(q_rows, kt, ldk, l.d, padded, scale, scores, lds); break;
-        case 3: detail::scores_of_rows<3>(q_rows, kt, ldk, l.d, padded, scale, scores, lds); break;
-        case 2: detail::scores_of_rows<2>(q_rows, kt, ldk, l.d, padded, scale, scores, lds); break;
-        default: detail::scores_of_rows<1>(q_rows, kt, ldk, l.d, padded, scale, scores, lds); break;
-    }
+    detail::with_rows(rows, [&]<int R>() { detail::scores_of_rows<R>(q_rows, kt, ldk, l.d, padded, scale, scores, lds); });
 }
 // out[r][c] = sum over j < keys of p[r][j] * value j (c < value_stride(), the padding columns 0),
 // for the rows < rows; p: attention_scores' layout. out rows are out_stride apart and must hold
@@ -222,12 +238,7 @@ inline void attention_scores(const float* q, index_t q_stride, index_t rows, con
 inline void attention_values(const float* p, index_t rows, const float* vp, attention_head_layout l, index_t keys, float* out,
                              index_t out_stride) {
     const index_t lds = l.key_stride(), ldv = l.value_stride();
-    switch (rows) {
-        case 4: detail::values_of_rows<4>(p, lds, vp, ldv, keys, out, out_stride); break;
-        case 3: detail::values_of_rows<3>(p, lds, vp, ldv, keys, out, out_stride); break;
-        case 2: detail::values_of_rows<2>(p, lds, vp, ldv, keys, out, out_stride); break;
-        default: detail::values_of_rows<1>(p, lds, vp, ldv, keys, out, out_stride); break;
-    }
+    detail::with_rows(rows, [&]<int R>() { detail::values_of_rows<R>(p, lds, vp, ldv, keys, out, out_stride); });
 }
 #else
 // The same contracts in plain loops (the backend uses Eigen's attention on such targets).
