@@ -223,16 +223,14 @@ struct gemm_operands {
     std::vector<In*> a, b;
     std::vector<Out*> c;
     gemm_operands(const std::vector<gemm_shape>& shapes, In a_value, In b_value) {
-        const auto rounded = [](std::size_t n) { return (n + 15) / 16 * 16; };  // each operand on a cache line
+        // each operand's offset in its array, every operand on a cache line
+        std::vector<std::size_t> at_a, at_b, at_c;
         std::size_t na = 0, nb = 0, nc = 0;
+        const auto place = [](std::vector<std::size_t>& at, std::size_t& end, std::size_t n) { at.push_back(end), end += (n + 15) / 16 * 16; };
         for (const auto& sh : shapes)
-            na += rounded(std::size_t(sh.m) * sh.k), nb += rounded(std::size_t(sh.n) * sh.k), nc += rounded(std::size_t(sh.m) * sh.n);
+            place(at_a, na, std::size_t(sh.m) * sh.k), place(at_b, nb, std::size_t(sh.n) * sh.k), place(at_c, nc, std::size_t(sh.m) * sh.n);
         a_all = make_huge_page_array(na, a_value), b_all = make_huge_page_array(nb, b_value), c_all = make_huge_page_array(nc, Out{});
-        na = nb = nc = 0;
-        for (const auto& sh : shapes) {
-            a.push_back(a_all.get() + na), b.push_back(b_all.get() + nb), c.push_back(c_all.get() + nc);
-            na += rounded(std::size_t(sh.m) * sh.k), nb += rounded(std::size_t(sh.n) * sh.k), nc += rounded(std::size_t(sh.m) * sh.n);
-        }
+        for (std::size_t i = 0; i < shapes.size(); ++i) a.push_back(a_all.get() + at_a[i]), b.push_back(b_all.get() + at_b[i]), c.push_back(c_all.get() + at_c[i]);
     }
 };
 
