@@ -364,6 +364,65 @@ TEMPLATE_TEST_CASE("ops: keys and values kept in bf16 are rounded by split_qkv a
 }
 #endif
 
+// Prefill attention of a model with bf16 or q8 weights runs its products in bf16 on AMX tiles where
+// the CPU has them (amx_attention.hpp): the same numbers as attention in double on the query times
+// the scale rounded to bf16 and keys and values rounded to bf16, up to the softmax weights' own
+// rounding to bf16 (a relative 2^-9 each); float keys and values or a bf16 cache, the kernel's
+// 16-row blocks, 32-key chunks, 32-dim chunks and 4-tile groups with every remainder. Decode-sized
+// batches (<= 4 rows), and every batch on a CPU without AMX, attend in float.
+#if !defined(VWT_TEST_CUDA)
+TEMPLATE_TEST_CASE("ops: prefill attention with bf16 or q8 weights: bf16 products on AMX, else float", "[ops]",
+                   (vwt::cpu::backend<float, vwt::bf16>), (vwt::cpu::backend<float, vwt::q8_block>)) {
+    using P = TestType;
+    const bool amx = vwt::cpu::kernels::amx::available();
+    if (!amx) WARN("no AMX on this CPU: prefill attention checked in float only");
+    const auto to_bf16 = [](double x) { return static_cast<double>(static_cast<float>(vwt::bf16(static_cast<float>(x)))); };
+    const float scale = 0.3f;
+    for (const auto& heads : std::vector<std::pair<int, int>>{{4, 4}, {6, 2}})
+        for (const index_t d : {12, 40, 64, 72, 130})
+            for (const index_t past : {0, 37})
+                for (const index_t T_q : {3, 5, 16, 17, 70})
+                    for (const bool bf16_cache : {false, true})
+                        for (const int threads : {1, 2}) {
+                            const int H = heads.first, Hkv = heads.second;
+                            const index_t n_ctx = past + T_q;
+                            const bool tiles = amx && T_q > 4;
+                            INFO("H " << H << " Hkv " << Hkv << " d " << d << " past " << past << " rows " << T_q << " bf16 cache "
+                                      << bf16_cache << " threads " << threads << " AMX " << tiles);
+                            auto q = values(T_q * H * d, 71), k = values(n_ctx * Hkv * d, 72), v = values(n_ctx * Hkv * d, 73);
+                            if (bf16_cache)  // what a bf16 cache holds
+                                for (auto* m : {&k, &v})
+                                    for (auto& x : *m) x = to_bf16(x);
+                            const vwt::attention_shape<> shape{H, Hkv, vwt::extent<vwt::dynamic_extent>(d)};
+                            const auto ctx = context_of<P>(threads);
+                            on<P> Q(ctx, q, T_q, H * d, 3), O(ctx, values(T_q * H * d, 74), T_q, H * d, 1);
+                            on<P> K(ctx, k, n_ctx, Hkv * d, 2), V(ctx, v, n_ctx, Hkv * d, 1);
+                            on<P, vwt::bf16> K16(ctx, k, n_ctx, Hkv * d, 2), V16(ctx, v, n_ctx, Hkv * d, 1);
+                            const auto kv = bf16_cache ? vwt::kv_dtype::bf16 : vwt::kv_dtype::compute;
+                            const index_t need = P::attention_scratch(ctx, T_q, n_ctx, shape, kv);
+                            on<P> scratch(ctx, std::vector<double>(static_cast<std::size_t>(need)), 1, need);
+                            if (bf16_cache)
+                                P::attention(ctx, Q.m().as_const(), K16.m().as_const(), V16.m().as_const(), O.m(), shape, scale, scratch.v());
+                            else
+                                P::attention(ctx, Q.m().as_const(), K.m().as_const(), V.m().as_const(), O.m(), shape, scale, scratch.v());
+
+                            // the oracle: attention in double, on the operands as the tiles see them
+                            auto oq = q;
+                            if (tiles) {
+                                for (auto& x : oq) x = to_bf16(static_cast<double>(scale * static_cast<float>(x)));
+                                for (auto* m : {&k, &v})
+                                    for (auto& x : *m) x = to_bf16(x);
+                            }
+                            const auto octx = context_of<oracle>(1);
+                            on<oracle> wq(octx, oq, T_q, H * d), wk(octx, k, n_ctx, Hkv * d), wv(octx, v, n_ctx, Hkv * d);
+                            on<oracle> want(octx, values(T_q * H * d, 75), T_q, H * d);
+                            oracle::attention(octx, wq.m().as_const(), wk.m().as_const(), wv.m().as_const(), want.m(), shape,
+                                              tiles ? 1.0 : static_cast<double>(scale), wq.v());
+                            same<P>(O.get(), want.get(), tiles ? 4e-3 : 5e-5);
+                        }
+}
+#endif
+
 TEMPLATE_TEST_CASE("ops: SwiGLU in both layouts and its backward", "[ops]", POLICIES) {
     SKIP_WITHOUT_DEVICE();
     for (const auto layout : {vwt::swiglu_layout::split, vwt::swiglu_layout::interleaved})

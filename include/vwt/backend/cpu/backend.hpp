@@ -30,6 +30,7 @@
 #include "../../error.hpp"
 #include "../buffer.hpp"
 #include "../policy.hpp"
+#include "amx_attention.hpp"
 #include "attention_kernels.hpp"
 #include "context.hpp"
 #include "onednn_gemm.hpp"
@@ -388,9 +389,10 @@ struct backend {
     static index_t attention_scratch(const context& ctx, index_t q_rows, index_t n_ctx, attention_shape<D> shape,
                                      kv_dtype kv = kv_dtype::compute) {
         const index_t threads = std::max(1, std::min(ctx.threads, shape.heads));
-        const index_t prefill = threads * attention_thread_scratch(std::min(attention_tile, std::max<index_t>(q_rows, 1)), n_ctx,
-                                                                   shape.head_dim.value(), kv == kv_dtype::bf16);
-        return std::max<index_t>(prefill, shape.heads * n_ctx);
+        index_t per_thread = attention_thread_scratch(std::min(attention_tile, std::max<index_t>(q_rows, 1)), n_ctx,
+                                                      shape.head_dim.value(), kv == kv_dtype::bf16);
+        if (bf16_attention(ctx, q_rows)) per_thread = std::max(per_thread, amx_thread_scratch(n_ctx, shape.head_dim.value()));
+        return std::max<index_t>(threads * per_thread, shape.heads * n_ctx);
     }
     // q: [T x H*d] (head h at column h*d); keys, values: [n_ctx x Hkv*d] of T or bf16, the first
     // n_ctx - T positions are the past. Query row i sits at position n_ctx - T + i and sees keys
@@ -402,6 +404,8 @@ struct backend {
         using head_matrix = Eigen::Matrix<T, Eigen::Dynamic, detail::eigen_extent(D), Eigen::RowMajor>;
         using head_map = Eigen::Map<const head_matrix, Eigen::Unaligned, Eigen::OuterStride<>>;
         if (q.rows() == 1) return attention_decode(ctx, q, keys, values, out, shape, scale, scratch);
+        if constexpr (kernels::amx::compiled && std::is_same_v<T, float>)
+            if (bf16_attention(ctx, q.rows())) return attention_amx(ctx, q, keys, values, out, shape, scale, scratch);
         if constexpr (simd_prefill_attention) return attention_prefill(ctx, q, keys, values, out, shape, scale, scratch);
         const index_t T_q = q.rows(), n_ctx = keys.rows(), past = n_ctx - T_q, d = shape.head_dim.value();
         const int group = shape.heads / shape.kv_heads;
@@ -996,6 +1000,50 @@ private:
                 }
             }
         });
+    }
+
+    // Whether attention of `rows` query rows runs its products in bf16 on AMX tiles
+    // (amx_attention.hpp): prefill (more than gemv_rows rows) of a model with bf16 or q8 weights
+    // and automatic product precision, on a CPU with AMX. Mixed-precision training (bf16
+    // products, float weights) keeps float attention, which its backward recomputes.
+    static bool bf16_attention(const context& ctx, index_t rows) {
+        if constexpr (std::is_same_v<Weight, T> || !std::is_same_v<T, float>) return false;
+        else return ctx.products == product_precision::automatic && rows > gemv_rows && kernels::amx::available();
+    }
+    // Scratch of one AMX attention thread, in elements of T (whole cache lines, so that the next
+    // thread's starts on one).
+    static index_t amx_thread_scratch(index_t n_ctx, index_t d) {
+        return kernels::amx::head_layout{n_ctx, d}.scratch_bytes() / index_t(sizeof(T));
+    }
+    // Prefill attention on AMX tiles: each thread takes heads round-robin, packs its head's keys
+    // and values into the tiles' layouts once per KV group, and runs its query rows in blocks of 16.
+    template <index_t D, class E>
+    static void attention_amx(const context& ctx, mat<const T> q, mat<const E> keys, mat<const E> values, mat<T> out,
+                              attention_shape<D> shape, T scale, vec<T> scratch) {
+#if defined(VWT_AMX_ATTENTION)
+        const index_t T_q = q.rows(), n_ctx = keys.rows(), d = shape.head_dim.value();
+        const int group = shape.heads / shape.kv_heads;
+        const kernels::amx::head_layout layout{n_ctx, d};
+        const index_t per_thread = amx_thread_scratch(n_ctx, d);
+        const int threads = scratch_threads(std::min(ctx.threads, shape.heads), per_thread, scratch, "attention");
+        parallel_for(threads, threads, [&](index_t t) {
+            const kernels::amx::head_scratch work(reinterpret_cast<std::byte*>(scratch.data() + t * per_thread), layout);
+            const kernels::amx::tiles tiles;
+            int packed_group = -1;
+            for (int h = static_cast<int>(t); h < shape.heads; h += threads) {
+                const int g = h / group;
+                if (g != packed_group) {
+                    kernels::amx::pack_keys(keys.data() + g * d, keys.stride(), layout, work.keys);
+                    kernels::amx::pack_values(values.data() + g * d, values.stride(), layout, work.values);
+                    packed_group = g;
+                }
+                kernels::amx::attend_head(q.data() + h * d, q.stride(), T_q, n_ctx - T_q, scale, layout, work, out.data() + h * d,
+                                          out.stride());
+            }
+        });
+#else
+        (void)ctx, (void)q, (void)keys, (void)values, (void)out, (void)shape, (void)scale, (void)scratch;
+#endif
     }
 
     template <class E>

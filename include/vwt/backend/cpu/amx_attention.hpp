@@ -1,0 +1,395 @@
+// The CPU policy's prefill attention on AMX tiles (Intel Xeon since Sapphire Rapids), for models
+// whose weights are bf16 or q8: the score and value products in bf16 with float sums, the softmax in
+// float. One head at a time, query rows in blocks of 16 (one tile's rows): the block's scores
+// against the keys it sees (16 at a time, one 16 x 16 float tile each), a causal softmax of each
+// row rounded to bf16, then the weighted sum of values (32 keys by 16 columns per tile product).
+//
+// Numbers (docs/semantics-decisions.md, "Attention in bf16"): each query is scaled, then rounded to
+// bf16; keys and values are rounded to bf16 (a bf16 KV cache is read as it is); the softmax's
+// exponentials, e^(s - max) in (0, 1], are rounded to bf16 and the output divided by their sum, so
+// each output row is a weighted mean of the bf16 values with bf16 weights.
+//
+// The tile instructions are compiled into functions of their own (target attributes), so that the
+// build needs no AMX flags; whether they run is decided at run time by available().
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "../../tensor/bf16.hpp"
+#include "../../tensor/view.hpp"
+#include "attention_kernels.hpp"
+
+#if defined(__x86_64__) && defined(__linux__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    (defined(__clang__) || defined(__GNUC__))
+#define VWT_AMX_ATTENTION 1
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+namespace vwt::cpu::kernels::amx {
+
+// The layout of one head's operands in the tiles' shapes, and the scratch one thread needs. Keys
+// are padded with zeros to whole 32-key chunks, head dims to whole 32-dim chunks (a tile row of
+// bf16 pairs; a shorter last chunk would need tiles of their own shape and as many tile products).
+struct head_layout {
+    index_t n_ctx = 0, d = 0;
+
+    index_t keys() const { return (n_ctx + 31) / 32 * 32; }
+    index_t dims() const { return (d + 31) / 32 * 32; }
+    index_t chunks() const { return dims() / 32; }           // of a query row: 32 dims, 64 bytes
+    index_t pairs() const { return dims() / 2; }
+    index_t value_blocks() const { return (d + 15) / 16; }  // 16 output columns per tile
+    // Keys: per block of 16 keys, one 64-byte row per pair of dims holding the pair of each key
+    // (the tile product's B operand, K transposed): kp[(j * pairs() + p) * 32 + 2 i + e] = key 16 j + i, dim 2 p + e.
+    index_t key_elements() const { return keys() * dims(); }
+    // Values: per chunk of 32 keys and block of 16 columns, one 64-byte row per pair of keys:
+    // vp[((c * value_blocks() + b) * 16 + p) * 32 + 2 i + e] = value 32 c + 2 p + e, column 16 b + i.
+    index_t value_elements() const { return keys() * value_blocks() * 16; }
+
+    // The scratch of one thread, in bytes, each part on its own cache lines: keys, values, a block
+    // of queries, its float scores, its bf16 weights and its float outputs.
+    static constexpr index_t line(index_t bytes) { return (bytes + 63) / 64 * 64; }
+    index_t key_bytes() const { return line(key_elements() * 2); }
+    index_t value_bytes() const { return line(value_elements() * 2); }
+    index_t query_bytes() const { return line(16 * dims() * 2); }
+    index_t score_bytes() const { return line(16 * keys() * 4); }
+    index_t weight_bytes() const { return line(16 * keys() * 2); }
+    index_t output_bytes() const { return line(16 * value_blocks() * 16 * 4); }
+    // (one line more than the parts: head_scratch starts them on the first line boundary; tile
+    // rows that straddle two lines load and store at a third of the speed)
+    index_t scratch_bytes() const {
+        return key_bytes() + value_bytes() + query_bytes() + score_bytes() + weight_bytes() + output_bytes() + 64;
+    }
+};
+
+// One thread's scratch carved into the layout's parts.
+struct head_scratch {
+    bf16 *keys, *values, *queries, *weights;
+    float *scores, *outputs;
+    head_scratch(std::byte* scratch, const head_layout& l) {
+        std::byte* base = scratch + (64 - reinterpret_cast<std::uintptr_t>(scratch) % 64) % 64;
+        keys = reinterpret_cast<bf16*>(base);
+        values = reinterpret_cast<bf16*>(base += l.key_bytes());
+        queries = reinterpret_cast<bf16*>(base += l.value_bytes());
+        scores = reinterpret_cast<float*>(base += l.query_bytes());
+        weights = reinterpret_cast<bf16*>(base += l.score_bytes());
+        outputs = reinterpret_cast<float*>(base + l.weight_bytes());
+    }
+};
+
+#if defined(VWT_AMX_ATTENTION)
+inline constexpr bool compiled = true;
+
+// Whether this process can run AMX bf16 tile products: the CPU reports AMX-TILE and AMX-BF16
+// (CPUID leaf 7, EDX bits 24 and 22) and AVX512_BF16 (leaf 7.1, EAX bit 5), and Linux grants the process the tiles' register state
+// (arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA)). Asked once: both last as long as the process.
+inline bool available() {
+    static const bool granted = [] {
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+        if (!((d >> 24) & 1u) || !((d >> 22) & 1u)) return false;
+        if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !((a >> 5) & 1u)) return false;  // AVX512_BF16 (the softmax's rounding)
+        constexpr long request_permission = 0x1023, tile_data = 18;
+        return syscall(SYS_arch_prctl, request_permission, tile_data) == 0;
+    }();
+    return granted;
+}
+
+namespace detail {
+// bf16 of 16 floats (round to nearest, ties to even; NaN stays NaN, as vwt::bf16), each in the
+// low half of a 32-bit lane.
+inline __m512i bf16_bits(__m512 x) {
+    const __m512i bits = _mm512_castps_si512(x);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+    const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
+    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    return _mm512_mask_or_epi32(rounded, nan, _mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x40));
+}
+inline __mmask16 first_lanes(index_t n) { return n >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << n) - 1u); }
+// 16 values of a row (the lanes of `m`, 0 elsewhere) as bf16 bits in the low halves of 32-bit lanes.
+inline __m512i bf16_lanes(const float* p, __mmask16 m) { return bf16_bits(_mm512_maskz_loadu_ps(m, p)); }
+inline __m512i bf16_lanes(const bf16* p, __mmask16 m) {
+    return _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, reinterpret_cast<const __m256i*>(p)));
+}
+}  // namespace detail
+
+// keys: n_ctx rows of d values (float or bf16) at `stride`, into head_layout's key layout: one
+// 64-byte row per block of 16 keys and pair of dims, gathered from the 16 keys.
+template <class E>
+void pack_keys(const E* keys, index_t stride, const head_layout& l, bf16* kp) {
+    const index_t pairs = l.pairs();
+    const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32(static_cast<int>(stride)));
+    for (index_t j0 = 0; j0 < l.keys(); j0 += 16) {
+        const __mmask16 present = detail::first_lanes(std::max<index_t>(0, l.n_ctx - j0));
+        const E* block = keys + std::min(j0, l.n_ctx) * stride;
+        __m512i* out = reinterpret_cast<__m512i*>(kp + (j0 / 16) * pairs * 32);
+        for (index_t p = 0; p < pairs; ++p) {
+            __m512i pair = _mm512_setzero_si512();
+            const __m512i at = _mm512_add_epi32(rows, _mm512_set1_epi32(static_cast<int>(2 * p)));
+            const bool second = 2 * p + 1 < l.d;  // an odd d's last pair is its last dim and a zero
+            if (2 * p >= l.d) {
+            } else if constexpr (std::is_same_v<E, bf16>) {
+                pair = _mm512_mask_i32gather_epi32(pair, present, at, block, 2);
+                if (!second) pair = _mm512_and_si512(pair, _mm512_set1_epi32(0xffff));
+            } else {
+                const __m512 zero = _mm512_setzero_ps();
+                const __m512i first = detail::bf16_bits(_mm512_mask_i32gather_ps(zero, present, at, block, 4));
+                const __m512i next = second ? detail::bf16_bits(_mm512_mask_i32gather_ps(zero, present, _mm512_add_epi32(at, _mm512_set1_epi32(1)), block, 4))
+                                            : pair;
+                pair = _mm512_or_si512(first, _mm512_slli_epi32(next, 16));
+            }
+            _mm512_storeu_si512(out + p, pair);
+        }
+    }
+}
+// values: n_ctx rows of d values (float or bf16) at `stride`, into head_layout's value layout:
+// each 64-byte row interleaves 16 columns of two consecutive keys.
+template <class E>
+void pack_values(const E* values, index_t stride, const head_layout& l, bf16* vp) {
+    const index_t blocks = l.value_blocks();
+    for (index_t j = 0; j < l.keys(); j += 2) {
+        __m512i* out = reinterpret_cast<__m512i*>(vp + (j / 32) * blocks * 512 + ((j % 32) / 2) * 32);
+        for (index_t b = 0; b < blocks; ++b) {
+            const __mmask16 columns = detail::first_lanes(l.d - 16 * b);
+            const __m512i first = j < l.n_ctx ? detail::bf16_lanes(values + j * stride + 16 * b, columns) : _mm512_setzero_si512();
+            const __m512i next = j + 1 < l.n_ctx ? detail::bf16_lanes(values + (j + 1) * stride + 16 * b, columns) : _mm512_setzero_si512();
+            _mm512_storeu_si512(out + b * 16, _mm512_or_si512(first, _mm512_slli_epi32(next, 16)));
+        }
+    }
+}
+// 16 rows of queries times `scale`, rounded to bf16 (vcvtneps2bf16: nearest, ties to even), as
+// rows of dims() (the padding dims and the rows from `rows` to 16 zero).
+__attribute__((target("avx512bf16"))) inline void pack_queries(const float* q, index_t ldq, index_t rows, float scale,
+                                                               const head_layout& l, bf16* out) {
+    const index_t dims = l.dims();
+    const __m512 s = _mm512_set1_ps(scale);
+    for (index_t r = 0; r < 16; ++r)
+        for (index_t c = 0; c < dims; c += 16) {
+            const __mmask16 present = r < rows ? detail::first_lanes(std::max<index_t>(0, l.d - c)) : __mmask16(0);
+            const __m256bh half = _mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_maskz_loadu_ps(present, q + r * ldq + c), s));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + r * dims + c), reinterpret_cast<__m256i>(half));
+        }
+}
+
+namespace detail {
+// ldtilecfg's 64-byte operand (palette 1).
+struct alignas(64) tile_config {
+    std::uint8_t palette = 1, start_row = 0;
+    std::uint8_t reserved[14] = {};
+    std::uint16_t bytes_per_row[16] = {};
+    std::uint8_t rows[16] = {};
+};
+// GCC's tile loads are asm statements that do not say they read memory: this keeps the packing
+// stores before them.
+inline void compiler_barrier() { __asm__ __volatile__("" ::: "memory"); }
+}  // namespace detail
+
+// The tile registers, configured by the constructor and released by the destructor (on the thread
+// that made it): all eight 16 rows of 64 bytes. Scores: tmm0, tmm1 two query chunks (16 rows x 32
+// dims), tmm2, tmm3 key chunks (16 pairs of dims x 16 keys), tmm4-7 four blocks of 16 x 16 float
+// scores; values: tmm1 the weights (16 rows x 32 keys), tmm2, tmm3 values (16 pairs of keys x 16
+// columns), tmm4-7 four blocks of 16 x 16 float outputs. Four independent sums keep the tile unit
+// busy: one product's result is ready only several products' time after it starts.
+class tiles {
+public:
+    __attribute__((target("amx-tile"))) tiles() {
+        detail::tile_config config;
+        for (int t = 0; t < 8; ++t) {
+            config.rows[t] = 16;
+            config.bytes_per_row[t] = 64;
+        }
+        detail::compiler_barrier();
+        _tile_loadconfig(&config);
+    }
+    __attribute__((target("amx-tile"))) ~tiles() { _tile_release(); }
+    tiles(const tiles&) = delete;
+    tiles& operator=(const tiles&) = delete;
+};
+
+// scores[r][16 j + i] = query r . key 16 j + i for the 16 query rows and the key blocks j <
+// key_blocks (queries: 16 rows of dims() bf16, already scaled; kp: pack_keys' layout).
+__attribute__((target("amx-tile,amx-bf16"))) inline void score_tiles(const bf16* queries, const bf16* kp, const head_layout& l,
+                                                                      index_t key_blocks, float* scores) {
+    const index_t chunks = l.chunks(), block_elements = l.pairs() * 32;
+    const long query_stride = static_cast<long>(l.dims() * 2), score_stride = static_cast<long>(l.keys() * 4);
+    detail::compiler_barrier();
+    const bool held = chunks <= 2;  // else each chunk's queries are loaded again into tmm0
+    if (held) {
+        _tile_loadd(0, queries, query_stride);
+        if (chunks == 2) _tile_loadd(1, queries + 32, query_stride);
+    }
+    for (index_t j0 = 0; j0 < key_blocks; j0 += 4) {
+        const index_t n = std::min<index_t>(4, key_blocks - j0);
+        const bf16* block = kp + j0 * block_elements;
+        _tile_zero(4);
+        _tile_zero(5);
+        _tile_zero(6);
+        _tile_zero(7);
+        for (index_t k = 0; k < chunks; ++k) {
+            const bf16* chunk = block + k * 16 * 32;
+            if (!held) _tile_loadd(0, queries + 32 * k, query_stride);
+            // tile numbers are immediates: the chunk's query tile is tmm0 or tmm1
+#define VWT_AMX_SCORE(Q)                                                 \
+    _tile_loadd(2, chunk, 64);                                            \
+    _tile_dpbf16ps(4, Q, 2);                                              \
+    if (n > 1) {                                                          \
+        _tile_loadd(3, chunk + block_elements, 64);                       \
+        _tile_dpbf16ps(5, Q, 3);                                          \
+    }                                                                     \
+    if (n > 2) {                                                          \
+        _tile_loadd(2, chunk + 2 * block_elements, 64);                   \
+        _tile_dpbf16ps(6, Q, 2);                                          \
+    }                                                                     \
+    if (n > 3) {                                                          \
+        _tile_loadd(3, chunk + 3 * block_elements, 64);                   \
+        _tile_dpbf16ps(7, Q, 3);                                          \
+    }
+            if (held && k == 1) {
+                VWT_AMX_SCORE(1)
+            } else {
+                VWT_AMX_SCORE(0)
+            }
+#undef VWT_AMX_SCORE
+        }
+        float* out = scores + 16 * j0;
+        _tile_stored(4, out, score_stride);
+        if (n > 1) _tile_stored(5, out + 16, score_stride);
+        if (n > 2) _tile_stored(6, out + 32, score_stride);
+        if (n > 3) _tile_stored(7, out + 48, score_stride);
+    }
+}
+
+// outputs[r][c] = sum over the keys of key_chunks chunks of 32 of weights[r][j] * value j (c < 16 *
+// value_blocks(); weights: 16 rows of keys() bf16; vp: pack_values' layout).
+__attribute__((target("amx-tile,amx-bf16"))) inline void value_tiles(const bf16* weights, const bf16* vp, const head_layout& l,
+                                                                      index_t key_chunks, float* outputs) {
+    const index_t blocks = l.value_blocks();
+    const long weight_stride = static_cast<long>(l.keys() * 2), output_stride = static_cast<long>(blocks * 16 * 4);
+    detail::compiler_barrier();
+    for (index_t b0 = 0; b0 < blocks; b0 += 4) {
+        const index_t n = std::min<index_t>(4, blocks - b0);
+        _tile_zero(4);
+        _tile_zero(5);
+        _tile_zero(6);
+        _tile_zero(7);
+        for (index_t c = 0; c < key_chunks; ++c) {
+            const bf16* v = vp + (c * blocks + b0) * 512;
+            _tile_loadd(1, weights + 32 * c, weight_stride);
+            _tile_loadd(2, v, 64);
+            _tile_dpbf16ps(4, 1, 2);
+            if (n > 1) {
+                _tile_loadd(3, v + 512, 64);
+                _tile_dpbf16ps(5, 1, 3);
+            }
+            if (n > 2) {
+                _tile_loadd(2, v + 1024, 64);
+                _tile_dpbf16ps(6, 1, 2);
+            }
+            if (n > 3) {
+                _tile_loadd(3, v + 1536, 64);
+                _tile_dpbf16ps(7, 1, 3);
+            }
+        }
+        float* out = outputs + 16 * b0;
+        _tile_stored(4, out, output_stride);
+        if (n > 1) _tile_stored(5, out + 16, output_stride);
+        if (n > 2) _tile_stored(6, out + 32, output_stride);
+        if (n > 3) _tile_stored(7, out + 48, output_stride);
+    }
+}
+
+namespace detail {
+// 2^t for t <= 0, to a relative 6e-5 (far inside bf16's half step of 2^-9, which is all the
+// result keeps): t = n + f with n an integer and |f| <= 1/2, 2^f = e^(f ln2) by its Taylor
+// polynomial of degree 4, times 2^n (which is 0 for the most negative t).
+inline __m512 exp2_to_bf16_precision(__m512 t) {
+    const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_sub_ps(t, n);
+    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(9.61812911e-3f), f, _mm512_set1_ps(5.55041087e-2f));  // ln2^4 / 24, ln2^3 / 6
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.40226507e-1f));                                     // ln2^2 / 2
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.93147181e-1f));                                     // ln2
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+}  // namespace detail
+
+// One row of a causal softmax from float scores to bf16 weights: w[j] = bf16(e^(s[j] - max of
+// s[0, seen))) for j < seen (vcvtneps2bf16: nearest, ties to even), 0 for seen <= j < keys (a
+// multiple of 16); returns the sum of the exponentials.
+__attribute__((target("avx512bf16"))) inline float softmax_row_bf16(const float* s, index_t seen, index_t keys, bf16* w) {
+    const index_t full = seen / 16 * 16;
+    const __mmask16 tail = detail::first_lanes(seen - full);
+    const __m512 lowest = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    __m512 top0 = lowest, top1 = lowest;  // two running maxima: half the dependent chain
+    index_t j = 0;
+    for (; j + 32 <= full; j += 32) {
+        top0 = _mm512_max_ps(top0, _mm512_loadu_ps(s + j));
+        top1 = _mm512_max_ps(top1, _mm512_loadu_ps(s + j + 16));
+    }
+    if (j < full) top0 = _mm512_max_ps(top0, _mm512_loadu_ps(s + j));
+    top1 = _mm512_mask_max_ps(top1, tail, top1, _mm512_maskz_loadu_ps(tail, s + full));
+    // e^(s - max) = 2^(s log2e - max log2e): one fused multiply-add per vector
+    const __m512 log2e = _mm512_set1_ps(1.44269504f);
+    const __m512 shift = _mm512_set1_ps(-_mm512_reduce_max_ps(_mm512_max_ps(top0, top1)) * 1.44269504f);
+    __m512 sum = _mm512_setzero_ps();
+    for (j = 0; j < full; j += 16) {
+        const __m512 e = detail::exp2_to_bf16_precision(_mm512_fmadd_ps(_mm512_loadu_ps(s + j), log2e, shift));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(w + j), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(e)));
+        sum = _mm512_add_ps(sum, e);
+    }
+    if (tail) {
+        const __m512 e = _mm512_maskz_mov_ps(tail, detail::exp2_to_bf16_precision(_mm512_fmadd_ps(_mm512_loadu_ps(s + full), log2e, shift)));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(w + full), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(e)));
+        sum = _mm512_add_ps(sum, e);
+        j += 16;
+    }
+    std::fill(w + j, w + keys, bf16());
+    return _mm512_reduce_add_ps(sum);
+}
+
+// Causal attention of one head: query rows [0, rows) of q (row stride ldq, query i at position
+// past + i, seeing keys 0 .. past + i) against keys and values packed in s.keys and s.values;
+// out[i][c] for c < d, row stride ldo. The calling thread holds `tiles` for l.
+__attribute__((target("amx-tile,amx-bf16,avx512bf16"))) inline void attend_head(const float* q, index_t ldq, index_t rows, index_t past,
+                                                                                  float scale, const head_layout& l, const head_scratch& s,
+                                                                                  float* out, index_t ldo) {
+    const index_t keys = l.keys(), ldo_tile = l.value_blocks() * 16;
+    for (index_t r0 = 0; r0 < rows; r0 += 16) {
+        const index_t block = std::min<index_t>(16, rows - r0), visible = past + r0 + block;
+        // The next block's rows of this head, one row of the whole q and out apart: fetched while
+        // this block computes (the hardware prefetchers do not follow that stride).
+        for (index_t r = r0 + 16; r < std::min(rows, r0 + 32); ++r)
+            for (index_t c = 0; c < l.d; c += 16) {
+                _mm_prefetch(reinterpret_cast<const char*>(q + r * ldq + c), _MM_HINT_T0);
+                _mm_prefetch(reinterpret_cast<const char*>(out + r * ldo + c), _MM_HINT_T0);
+            }
+        pack_queries(q + r0 * ldq, ldq, block, scale, l, s.queries);
+        score_tiles(s.queries, s.keys, l, (visible + 15) / 16, s.scores);
+        const index_t chunks = (visible + 31) / 32;
+        float sums[16];
+        for (index_t r = 0; r < 16; ++r) {
+            if (r < block) sums[r] = softmax_row_bf16(s.scores + r * keys, past + r0 + r + 1, chunks * 32, s.weights + r * keys);
+            else std::fill(s.weights + r * keys, s.weights + r * keys + chunks * 32, bf16());
+        }
+        value_tiles(s.weights, s.values, l, chunks, s.outputs);
+        for (index_t r = 0; r < block; ++r) {
+            const float inverse = 1.0f / sums[r];
+            const float* o = s.outputs + r * ldo_tile;
+            float* y = out + (r0 + r) * ldo;
+            for (index_t c = 0; c < l.d; ++c) y[c] = o[c] * inverse;
+        }
+    }
+}
+#else
+inline constexpr bool compiled = false;
+inline bool available() { return false; }
+#endif
+
+}  // namespace vwt::cpu::kernels::amx
