@@ -102,65 +102,89 @@ inline bool available() {
 }
 
 namespace detail {
-// bf16 of 16 floats (round to nearest, ties to even; NaN stays NaN, as vwt::bf16), each in the
-// low half of a 32-bit lane.
-inline __m512i bf16_bits(__m512 x) {
-    const __m512i bits = _mm512_castps_si512(x);
-    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-    const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
-    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-    return _mm512_mask_or_epi32(rounded, nan, _mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x40));
+// A mask of the first n of 16 lanes (none for n <= 0).
+inline __mmask16 first_lanes(index_t n) { return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : static_cast<__mmask16>((1u << n) - 1u); }
+// 32 values of a row from `p` (the first n, 0 after them) as 16 bf16 pairs, in 32-bit lanes:
+// float rounded by vcvtne2ps2bf16 (nearest, ties to even), bf16 as it is.
+__attribute__((target("avx512bf16"))) inline __m512i bf16_pairs(const float* p, index_t n) {
+    const __m512 low = _mm512_maskz_loadu_ps(first_lanes(std::max<index_t>(0, n)), p);
+    const __m512 high = _mm512_maskz_loadu_ps(first_lanes(std::max<index_t>(0, n - 16)), p + 16);
+    return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(high, low));
 }
-inline __mmask16 first_lanes(index_t n) { return n >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << n) - 1u); }
-// 16 values of a row (the lanes of `m`, 0 elsewhere) as bf16 bits in the low halves of 32-bit lanes.
-inline __m512i bf16_lanes(const float* p, __mmask16 m) { return bf16_bits(_mm512_maskz_loadu_ps(m, p)); }
-inline __m512i bf16_lanes(const bf16* p, __mmask16 m) {
-    return _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, reinterpret_cast<const __m256i*>(p)));
+inline __m512i bf16_pairs(const bf16* p, index_t n) {
+    const __mmask32 present = n >= 32 ? ~__mmask32(0) : static_cast<__mmask32>((std::uint64_t(1) << std::max<index_t>(0, n)) - 1);
+    return _mm512_maskz_loadu_epi16(present, p);
+}
+// r[i][j] -> r[j][i] for a 16 x 16 matrix of 32-bit lanes: pairs of rows, then pairs of pairs,
+// interleaved; then 128-bit quarters exchanged in two rounds.
+inline void transpose_16x16(__m512i r[16]) {
+    __m512i t[16];
+    for (int i = 0; i < 8; ++i) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; ++i) {  // r[4 i + j], quarter q: column 4 q + j of rows 4 i .. 4 i + 3
+        r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 4; ++j) {
+            t[8 * i + j] = _mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + 4 + j], 0x88);      // quarters 0, 2 of each
+            t[8 * i + 4 + j] = _mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + 4 + j], 0xdd);  // quarters 1, 3
+        }
+    for (int j = 0; j < 4; ++j) {
+        r[j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0x88);
+        r[8 + j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0xdd);
+        r[4 + j] = _mm512_shuffle_i32x4(t[4 + j], t[12 + j], 0x88);
+        r[12 + j] = _mm512_shuffle_i32x4(t[4 + j], t[12 + j], 0xdd);
+    }
 }
 }  // namespace detail
 
-// keys: n_ctx rows of d values (float or bf16) at `stride`, into head_layout's key layout: one
-// 64-byte row per block of 16 keys and pair of dims, gathered from the 16 keys.
+// keys: n_ctx rows of d values (float or bf16) at `stride`, into head_layout's key layout: per
+// block of 16 keys and chunk of 32 dims, the keys' 16 pairs of dims, transposed.
 template <class E>
-void pack_keys(const E* keys, index_t stride, const head_layout& l, bf16* kp) {
+__attribute__((target("avx512bf16"))) void pack_keys(const E* keys, index_t stride, const head_layout& l, bf16* kp) {
     const index_t pairs = l.pairs();
-    const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32(static_cast<int>(stride)));
-    for (index_t j0 = 0; j0 < l.keys(); j0 += 16) {
-        const __mmask16 present = detail::first_lanes(std::max<index_t>(0, l.n_ctx - j0));
-        const E* block = keys + std::min(j0, l.n_ctx) * stride;
-        __m512i* out = reinterpret_cast<__m512i*>(kp + (j0 / 16) * pairs * 32);
-        for (index_t p = 0; p < pairs; ++p) {
-            __m512i pair = _mm512_setzero_si512();
-            const __m512i at = _mm512_add_epi32(rows, _mm512_set1_epi32(static_cast<int>(2 * p)));
-            const bool second = 2 * p + 1 < l.d;  // an odd d's last pair is its last dim and a zero
-            if (2 * p >= l.d) {
-            } else if constexpr (std::is_same_v<E, bf16>) {
-                pair = _mm512_mask_i32gather_epi32(pair, present, at, block, 2);
-                if (!second) pair = _mm512_and_si512(pair, _mm512_set1_epi32(0xffff));
-            } else {
-                const __m512 zero = _mm512_setzero_ps();
-                const __m512i first = detail::bf16_bits(_mm512_mask_i32gather_ps(zero, present, at, block, 4));
-                const __m512i next = second ? detail::bf16_bits(_mm512_mask_i32gather_ps(zero, present, _mm512_add_epi32(at, _mm512_set1_epi32(1)), block, 4))
-                                            : pair;
-                pair = _mm512_or_si512(first, _mm512_slli_epi32(next, 16));
-            }
-            _mm512_storeu_si512(out + p, pair);
+    __m512i r[16];
+    for (index_t j0 = 0; j0 < l.keys(); j0 += 16)
+        for (index_t k = 0; k < l.chunks(); ++k) {
+            for (index_t i = 0; i < 16; ++i)
+                r[i] = j0 + i < l.n_ctx ? detail::bf16_pairs(keys + (j0 + i) * stride + 32 * k, l.d - 32 * k) : _mm512_setzero_si512();
+            detail::transpose_16x16(r);
+            __m512i* out = reinterpret_cast<__m512i*>(kp + ((j0 / 16) * pairs + 16 * k) * 32);
+            for (index_t p = 0; p < 16; ++p) _mm512_storeu_si512(out + p, r[p]);
         }
-    }
 }
 // values: n_ctx rows of d values (float or bf16) at `stride`, into head_layout's value layout:
 // each 64-byte row interleaves 16 columns of two consecutive keys.
 template <class E>
-void pack_values(const E* values, index_t stride, const head_layout& l, bf16* vp) {
+__attribute__((target("avx512bf16"))) void pack_values(const E* values, index_t stride, const head_layout& l, bf16* vp) {
     const index_t blocks = l.value_blocks();
+    const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20,
+                                                4, 19, 3, 18, 2, 17, 1, 16, 0);
     for (index_t j = 0; j < l.keys(); j += 2) {
         __m512i* out = reinterpret_cast<__m512i*>(vp + (j / 32) * blocks * 512 + ((j % 32) / 2) * 32);
         for (index_t b = 0; b < blocks; ++b) {
-            const __mmask16 columns = detail::first_lanes(l.d - 16 * b);
-            const __m512i first = j < l.n_ctx ? detail::bf16_lanes(values + j * stride + 16 * b, columns) : _mm512_setzero_si512();
-            const __m512i next = j + 1 < l.n_ctx ? detail::bf16_lanes(values + (j + 1) * stride + 16 * b, columns) : _mm512_setzero_si512();
-            _mm512_storeu_si512(out + b * 16, _mm512_or_si512(first, _mm512_slli_epi32(next, 16)));
+            const index_t columns = std::min<index_t>(16, l.d - 16 * b);
+            // keys j and j + 1 as the two halves of 32 bf16, then interleaved
+            __m512i two;
+            if constexpr (std::is_same_v<E, bf16>) {
+                const auto half = [&](index_t key) {
+                    return key < l.n_ctx ? _mm256_maskz_loadu_epi16(detail::first_lanes(columns), values + key * stride + 16 * b)
+                                         : _mm256_setzero_si256();
+                };
+                two = _mm512_inserti64x4(_mm512_castsi256_si512(half(j)), half(j + 1), 1);
+            } else {
+                const auto half = [&](index_t key) {
+                    return key < l.n_ctx ? _mm512_maskz_loadu_ps(detail::first_lanes(columns), values + key * stride + 16 * b)
+                                         : _mm512_setzero_ps();
+                };
+                two = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(half(j + 1), half(j)));
+            }
+            _mm512_storeu_si512(out + b * 16, _mm512_permutexvar_epi16(interleave, two));
         }
     }
 }
@@ -214,7 +238,10 @@ public:
 };
 
 // scores[r][16 j + i] = query r . key 16 j + i for the 16 query rows and the key blocks j <
-// key_blocks (queries: 16 rows of dims() bf16, already scaled; kp: pack_keys' layout).
+// key_blocks (queries: 16 rows of dims() bf16, already scaled; kp: pack_keys' layout). Pairs of
+// key blocks alternate between tmm4, tmm5 and tmm6, tmm7, and each pair's sums are stored after the
+// next pair's products have started: a sum of two or three products is ready long after its last
+// product is issued, and storing it at once left the tile unit idle.
 __attribute__((target("amx-tile,amx-bf16"))) inline void score_tiles(const bf16* queries, const bf16* kp, const head_layout& l,
                                                                       index_t key_blocks, float* scores) {
     const index_t chunks = l.chunks(), block_elements = l.pairs() * 32;
@@ -225,45 +252,56 @@ __attribute__((target("amx-tile,amx-bf16"))) inline void score_tiles(const bf16*
         _tile_loadd(0, queries, query_stride);
         if (chunks == 2) _tile_loadd(1, queries + 32, query_stride);
     }
-    for (index_t j0 = 0; j0 < key_blocks; j0 += 4) {
-        const index_t n = std::min<index_t>(4, key_blocks - j0);
-        const bf16* block = kp + j0 * block_elements;
-        _tile_zero(4);
-        _tile_zero(5);
-        _tile_zero(6);
-        _tile_zero(7);
-        for (index_t k = 0; k < chunks; ++k) {
-            const bf16* chunk = block + k * 16 * 32;
-            if (!held) _tile_loadd(0, queries + 32 * k, query_stride);
-            // tile numbers are immediates: the chunk's query tile is tmm0 or tmm1
-#define VWT_AMX_SCORE(Q)                                                 \
-    _tile_loadd(2, chunk, 64);                                            \
-    _tile_dpbf16ps(4, Q, 2);                                              \
-    if (n > 1) {                                                          \
-        _tile_loadd(3, chunk + block_elements, 64);                       \
-        _tile_dpbf16ps(5, Q, 3);                                          \
-    }                                                                     \
-    if (n > 2) {                                                          \
-        _tile_loadd(2, chunk + 2 * block_elements, 64);                   \
-        _tile_dpbf16ps(6, Q, 2);                                          \
-    }                                                                     \
-    if (n > 3) {                                                          \
-        _tile_loadd(3, chunk + 3 * block_elements, 64);                   \
-        _tile_dpbf16ps(7, Q, 3);                                          \
+    // The products of key blocks j0 and j0 + 1 (if two) into tiles C0 and C1 (tile numbers are
+    // immediates, hence a macro), and the store of such a pair.
+#define VWT_AMX_SCORE_CHUNK(Q, C0, C1)                                 \
+    _tile_loadd(2, chunk, 64);                                          \
+    _tile_dpbf16ps(C0, Q, 2);                                           \
+    if (two) {                                                          \
+        _tile_loadd(3, chunk + block_elements, 64);                     \
+        _tile_dpbf16ps(C1, Q, 3);                                       \
     }
-            if (held && k == 1) {
-                VWT_AMX_SCORE(1)
-            } else {
-                VWT_AMX_SCORE(0)
+#define VWT_AMX_SCORE_PAIR(C0, C1)                                      \
+    _tile_zero(C0);                                                     \
+    _tile_zero(C1);                                                     \
+    for (index_t k = 0; k < chunks; ++k) {                              \
+        const bf16* chunk = kp + j0 * block_elements + k * 16 * 32;     \
+        if (held && k == 1) {                                           \
+            VWT_AMX_SCORE_CHUNK(1, C0, C1)                              \
+        } else {                                                        \
+            if (!held) _tile_loadd(0, queries + 32 * k, query_stride);  \
+            VWT_AMX_SCORE_CHUNK(0, C0, C1)                              \
+        }                                                               \
+    }
+#define VWT_AMX_SCORE_STORE(C0, C1)                                                \
+    _tile_stored(C0, scores + 16 * stored_j0, score_stride);                        \
+    if (stored_two) _tile_stored(C1, scores + 16 * (stored_j0 + 1), score_stride);
+    index_t stored_j0 = -1;  // the pair whose sums are still in the tiles
+    bool stored_two = false;
+    for (index_t j0 = 0; j0 < key_blocks; j0 += 2) {
+        const bool two = j0 + 1 < key_blocks, first_tiles = (j0 / 2) % 2 == 0;
+        if (first_tiles) {
+            VWT_AMX_SCORE_PAIR(4, 5)
+            if (stored_j0 >= 0) {
+                VWT_AMX_SCORE_STORE(6, 7)
             }
-#undef VWT_AMX_SCORE
+        } else {
+            VWT_AMX_SCORE_PAIR(6, 7)
+            VWT_AMX_SCORE_STORE(4, 5)
         }
-        float* out = scores + 16 * j0;
-        _tile_stored(4, out, score_stride);
-        if (n > 1) _tile_stored(5, out + 16, score_stride);
-        if (n > 2) _tile_stored(6, out + 32, score_stride);
-        if (n > 3) _tile_stored(7, out + 48, score_stride);
+        stored_j0 = j0;
+        stored_two = two;
     }
+    if (stored_j0 >= 0) {
+        if ((stored_j0 / 2) % 2 == 0) {
+            VWT_AMX_SCORE_STORE(4, 5)
+        } else {
+            VWT_AMX_SCORE_STORE(6, 7)
+        }
+    }
+#undef VWT_AMX_SCORE_CHUNK
+#undef VWT_AMX_SCORE_PAIR
+#undef VWT_AMX_SCORE_STORE
 }
 
 // outputs[r][c] = sum over the keys of key_chunks chunks of 32 of weights[r][j] * value j (c < 16 *

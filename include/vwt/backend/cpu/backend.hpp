@@ -379,19 +379,21 @@ struct backend {
 
     // ---- causal attention of one sequence
     // Keys and values may be kept in bf16 (float compute): split_qkv rounds them to the nearest
-    // bf16, attention widens them as it reads.
+    // bf16, attention widens them as it reads. Prefill with bf16 or q8 weights runs on AMX tiles
+    // where the CPU has them (bf16_attention).
     static constexpr bool kv_bf16 = std::is_same_v<T, float>;
     static constexpr index_t attention_tile = 64;  // query rows per score tile: bounds scratch and masked work
     // Scratch of attention(): prefill, one [tile x n_ctx] score tile per thread (and with bf16
     // keys and values, the thread's head's keys and values widened, 2 x [n_ctx x d]); decode, a
-    // score row per head.
+    // score row per head; prefill on AMX tiles, a head's keys, values and a block's scores and
+    // weights in the tiles' layouts per thread (amx_attention.hpp).
     template <index_t D>
     static index_t attention_scratch(const context& ctx, index_t q_rows, index_t n_ctx, attention_shape<D> shape,
                                      kv_dtype kv = kv_dtype::compute) {
         const index_t threads = std::max(1, std::min(ctx.threads, shape.heads));
         index_t per_thread = attention_thread_scratch(std::min(attention_tile, std::max<index_t>(q_rows, 1)), n_ctx,
                                                       shape.head_dim.value(), kv == kv_dtype::bf16);
-        if (bf16_attention(ctx, q_rows)) per_thread = std::max(per_thread, amx_thread_scratch(n_ctx, shape.head_dim.value()));
+        if (bf16_attention_possible(q_rows)) per_thread = std::max(per_thread, amx_thread_scratch(n_ctx, shape.head_dim.value()));
         return std::max<index_t>(threads * per_thread, shape.heads * n_ctx);
     }
     // q: [T x H*d] (head h at column h*d); keys, values: [n_ctx x Hkv*d] of T or bf16, the first
@@ -1007,8 +1009,13 @@ private:
     // and automatic product precision, on a CPU with AMX. Mixed-precision training (bf16
     // products, float weights) keeps float attention, which its backward recomputes.
     static bool bf16_attention(const context& ctx, index_t rows) {
+        return ctx.products == product_precision::automatic && bf16_attention_possible(rows);
+    }
+    // ... with some product precision (attention_scratch's test: a workspace made with one context
+    // serves another's products).
+    static bool bf16_attention_possible(index_t rows) {
         if constexpr (std::is_same_v<Weight, T> || !std::is_same_v<T, float>) return false;
-        else return ctx.products == product_precision::automatic && rows > gemv_rows && kernels::amx::available();
+        else return rows > gemv_rows && kernels::amx::available();
     }
     // Scratch of one AMX attention thread, in elements of T (whole cache lines, so that the next
     // thread's starts on one).
