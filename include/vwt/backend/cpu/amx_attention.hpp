@@ -4,10 +4,10 @@
 // against the keys it sees (16 at a time, one 16 x 16 float tile each), a causal softmax of each
 // row rounded to bf16, then the weighted sum of values (32 keys by 16 columns per tile product).
 //
-// Numbers (docs/semantics-decisions.md, "Attention in bf16"): each query is scaled, then rounded to
-// bf16; keys and values are rounded to bf16 (a bf16 KV cache is read as it is); the softmax's
-// exponentials, e^(s - max) in (0, 1], are rounded to bf16 and the output divided by their sum, so
-// each output row is a weighted mean of the bf16 values with bf16 weights.
+// Numbers (docs/semantics-decisions.md, "Attention in bf16 on AMX tiles"): each query is scaled,
+// then rounded to bf16; keys and values are rounded to bf16 (a bf16 KV cache is read as it is); the
+// softmax's exponentials, e^(s - max) in (0, 1], are rounded to bf16 as the weights of the values,
+// and each output row is divided by the float sum of the exponentials.
 //
 // The tile instructions are compiled into functions of their own (target attributes), so that the
 // build needs no AMX flags; whether they run is decided at run time by available().
@@ -86,15 +86,16 @@ struct head_scratch {
 #if defined(VWT_AMX_ATTENTION)
 inline constexpr bool compiled = true;
 
-// Whether this process can run AMX bf16 tile products: the CPU reports AMX-TILE and AMX-BF16
-// (CPUID leaf 7, EDX bits 24 and 22) and AVX512_BF16 (leaf 7.1, EAX bit 5), and Linux grants the process the tiles' register state
-// (arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA)). Asked once: both last as long as the process.
+// Whether this process can run the kernels below: the CPU reports AMX-TILE and AMX-BF16 (CPUID
+// leaf 7, EDX bits 24 and 22) and AVX512_BF16 (leaf 7.1, EAX bit 5: the roundings), and Linux
+// grants the process the tiles' register state (arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA)).
+// Asked once: both last as long as the process.
 inline bool available() {
     static const bool granted = [] {
         unsigned a = 0, b = 0, c = 0, d = 0;
         if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
         if (!((d >> 24) & 1u) || !((d >> 22) & 1u)) return false;
-        if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !((a >> 5) & 1u)) return false;  // AVX512_BF16 (the softmax's rounding)
+        if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !((a >> 5) & 1u)) return false;
         constexpr long request_permission = 0x1023, tile_data = 18;
         return syscall(SYS_arch_prctl, request_permission, tile_data) == 0;
     }();
@@ -107,8 +108,8 @@ inline __mmask16 first_lanes(index_t n) { return n >= 16 ? __mmask16(0xffff) : n
 // 32 values of a row from `p` (the first n, 0 after them) as 16 bf16 pairs, in 32-bit lanes:
 // float rounded by vcvtne2ps2bf16 (nearest, ties to even), bf16 as it is.
 __attribute__((target("avx512bf16"))) inline __m512i bf16_pairs(const float* p, index_t n) {
-    const __m512 low = _mm512_maskz_loadu_ps(first_lanes(std::max<index_t>(0, n)), p);
-    const __m512 high = _mm512_maskz_loadu_ps(first_lanes(std::max<index_t>(0, n - 16)), p + 16);
+    const __m512 low = _mm512_maskz_loadu_ps(first_lanes(n), p);
+    const __m512 high = _mm512_maskz_loadu_ps(first_lanes(n - 16), p + 16);
     return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(high, low));
 }
 inline __m512i bf16_pairs(const bf16* p, index_t n) {
@@ -194,12 +195,14 @@ __attribute__((target("avx512bf16"))) inline void pack_queries(const float* q, i
                                                                const head_layout& l, bf16* out) {
     const index_t dims = l.dims();
     const __m512 s = _mm512_set1_ps(scale);
-    for (index_t r = 0; r < 16; ++r)
+    for (index_t r = 0; r < 16; ++r) {
+        const float* row = q + std::min(r, rows - 1) * ldq;  // rows from `rows` on load nothing
         for (index_t c = 0; c < dims; c += 16) {
-            const __mmask16 present = r < rows ? detail::first_lanes(std::max<index_t>(0, l.d - c)) : __mmask16(0);
-            const __m256bh half = _mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_maskz_loadu_ps(present, q + r * ldq + c), s));
+            const __mmask16 present = r < rows ? detail::first_lanes(l.d - c) : __mmask16(0);
+            const __m256bh half = _mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_maskz_loadu_ps(present, row + c), s));
             _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + r * dims + c), reinterpret_cast<__m256i>(half));
         }
+    }
 }
 
 namespace detail {
