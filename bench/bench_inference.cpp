@@ -507,6 +507,46 @@ void paired_prefill_format(benchmark::State& state) {
 BENCHMARK(paired_prefill_format<bf16_backend>)->Name("paired_prefill_format/bf16")->Iterations(12)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(paired_prefill_format<q8_backend>)->Name("paired_prefill_format/q8")->Iterations(12)->UseManualTime()->Unit(benchmark::kMillisecond);
 
+// Prefill attention of a bf16-weight model, 16 heads over prefill_tokens tokens at head dim
+// state.range(0) (40: the uniform twin's; 72: the ><former's widest layers), on AMX tiles (the
+// default products, where the CPU has AMX) against the float kernels (f32 products), alternated in
+// each iteration. vwt's two kernels side by side, not a baseline: what the tiles buy.
+void paired_prefill_attention(benchmark::State& state) {
+    using B = bf16_backend;
+    const vwt::index_t d = state.range(0), heads = 16, T = prefill_tokens, cols = heads * d;
+    const vwt::attention_shape<> shape{static_cast<int>(heads), static_cast<int>(heads), vwt::extent<vwt::dynamic_extent>(d)};
+    B::context tiles_ctx{threads}, float_ctx{threads};
+    float_ctx.products = vwt::cpu::product_precision::f32;
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal;
+    std::vector<float> host(static_cast<std::size_t>(T * cols));
+    B::buffer<float> q(T * cols), k(T * cols), v(T * cols), out(T * cols);
+    for (auto* b : {&q, &k, &v}) {
+        for (auto& x : host) x = normal(rng);
+        B::upload(tiles_ctx, std::span<const float>(host), b->view());
+    }
+    B::buffer<float> scratch(std::max(B::attention_scratch(tiles_ctx, T, T, shape), B::attention_scratch(float_ctx, T, T, shape)));
+    const auto run = [&](const B::context& ctx) {
+        return [&] {
+            B::attention(ctx, q.view().as_matrix(T, cols).as_const(), k.view().as_matrix(T, cols).as_const(),
+                         v.view().as_matrix(T, cols).as_const(), out.view().as_matrix(T, cols), shape, 1.0f / std::sqrt(float(d)),
+                         scratch.view());
+        };
+    };
+    double best_tiles = 1e9, best_float = 1e9;
+    for (auto _ : state) {
+        double a = 1e9, b = 1e9;
+        for (int i = 0; i < 10; ++i) a = std::min(a, seconds_of(run(tiles_ctx))), b = std::min(b, seconds_of(run(float_ctx)));
+        best_tiles = std::min(best_tiles, a), best_float = std::min(best_float, b);
+        state.SetIterationTime(a + b);
+    }
+    state.counters["amx"] = vwt::cpu::kernels::amx::available() ? 1 : 0;
+    state.counters["tiles_ms"] = best_tiles * 1e3;
+    state.counters["float_ms"] = best_float * 1e3;
+    state.counters["speedup"] = best_float / best_tiles;
+}
+BENCHMARK(paired_prefill_attention)->Arg(40)->Arg(72)->Iterations(20)->UseManualTime()->Unit(benchmark::kMillisecond);
+
 // The ><former with static extents (static_model) against the same model with dynamic ones,
 // alternated in each iteration: what the compile-time widths buy.
 void paired_static_dynamic(benchmark::State& state) {
