@@ -4,6 +4,7 @@
 // Endpoints: POST /v1/completions and /v1/chat/completions (streamed as server-sent events when
 // "stream" is true), GET /v1/models, /health and /metrics (Prometheus text).
 #include <cerrno>
+#include <charconv>
 #include <csignal>
 #include <ctime>
 #include <iostream>
@@ -128,26 +129,16 @@ std::string take_text(serve_request& r, completion_text& text, std::vector<sampl
 // (httplib 0.11 tells a handler nothing about its connection). The connection's socket is the one
 // whose two addresses are the request's (a TCP connection is unique by them, and its socket stays
 // open while the handler runs); a peek that reads end-of-stream or an error means the client left.
-// Where /proc/self/fd is missing, the client always reads as connected.
+// The scan of /proc/self/fd runs again at each check until it finds the socket: other connections
+// open and close descriptors meanwhile, and a scan they interrupt stops early (a cancelled request
+// once ran to its end that way). Where /proc/self/fd is missing, the client always reads as
+// connected.
 class client_connection {
 public:
-    explicit client_connection(const httplib::Request& req) {
-        std::error_code ec;
-        for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
-            int fd = -1;
-            try {
-                fd = std::stoi(entry.path().filename().string());
-            } catch (const std::exception&) {
-                continue;
-            }
-            if (address(fd, false) == std::pair(req.local_addr, req.local_port) &&
-                address(fd, true) == std::pair(req.remote_addr, req.remote_port)) {
-                fd_ = fd;
-                break;
-            }
-        }
-    }
-    bool closed() const {
+    explicit client_connection(const httplib::Request& req)
+        : local_(req.local_addr, req.local_port), remote_(req.remote_addr, req.remote_port), fd_(find()) {}
+    bool closed() {
+        if (fd_ < 0) fd_ = find();
         if (fd_ < 0) return false;
         char byte = 0;
         const auto n = ::recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
@@ -155,6 +146,16 @@ public:
     }
 
 private:
+    int find() const {
+        std::error_code ec;
+        for (std::filesystem::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec)) {
+            const std::string name = it->path().filename().string();
+            int fd = -1;
+            if (std::from_chars(name.data(), name.data() + name.size(), fd).ec != std::errc()) continue;
+            if (address(fd, false) == local_ && address(fd, true) == remote_) return fd;
+        }
+        return -1;
+    }
     static std::pair<std::string, int> address(int fd, bool peer) {
         sockaddr_storage a{};
         socklen_t length = sizeof a;
@@ -164,6 +165,7 @@ private:
         if (::getnameinfo(p, length, host, sizeof host, port, sizeof port, NI_NUMERICHOST | NI_NUMERICSERV) != 0) return {"", -1};
         return {host, std::atoi(port)};
     }
+    std::pair<std::string, int> local_, remote_;
     int fd_ = -1;
 };
 
@@ -475,7 +477,7 @@ private:
             return;
         }
         // Not streamed: the answer comes at the end, and the client is watched meanwhile.
-        const client_connection client(req);
+        client_connection client(req);
         completion_text text(codec_, r->stop_tokens, r->stop_strings);
         std::string out;
         std::vector<sampled_token> taken;
