@@ -242,6 +242,84 @@ TEST_CASE("bf16 products keep one oneDNN primitive per shape in the context's ca
 #endif
 }
 
+TEST_CASE("SwiGLU into bf16 rounds the float SwiGLU to the nearest bf16, ties to even, NaN kept") {
+    // u chosen so that u * silu(g) lands on bf16 ties and beside them; 37 columns: the 16-column
+    // kernel twice and a scalar tail, in both layouts
+    std::vector<float> u, g;
+    for (int i = 0; i < 37; ++i) {
+        g.push_back(i % 5 == 0 ? 1024.0f : i % 7 == 0 ? -1024.0f : 0.37f * static_cast<float>(i) - 6);  // silu(1024) = 1024: exact ties
+        u.push_back(std::bit_cast<float>(0x3f808000u + static_cast<std::uint32_t>(i % 3) * 0x10000u + static_cast<std::uint32_t>(i % 2)));
+    }
+    u[3] = std::numeric_limits<float>::quiet_NaN(), g[20] = std::numeric_limits<float>::quiet_NaN(), g[21] = std::numeric_limits<float>::infinity();
+    std::vector<float> pairs;
+    for (std::size_t i = 0; i < u.size(); ++i) pairs.push_back(u[i]), pairs.push_back(g[i]);
+    for (const bool split : {true, false}) {
+        INFO((split ? "split" : "interleaved"));
+        const float* pu = split ? u.data() : pairs.data();
+        const float* pg = split ? g.data() : pairs.data() + 1;
+        std::vector<float> wide(u.size());
+        std::vector<vwt::bf16> narrow(u.size());
+        vwt::cpu::kernels::swiglu(pu, pg, split ? 1 : 2, 37, wide.data());
+        vwt::cpu::kernels::swiglu(pu, pg, split ? 1 : 2, 37, narrow.data());
+        for (std::size_t i = 0; i < u.size(); ++i) {
+            INFO("column " << i << " float " << wide[i]);
+            const double exact = static_cast<double>(u[i]) * g[i] / (1 + std::exp(-static_cast<double>(g[i])));
+            if (std::isnan(exact))
+                CHECK(std::isnan(wide[i]));
+            else if (std::isinf(exact))
+                CHECK(wide[i] == exact);
+            else
+                CHECK(std::abs(wide[i] - exact) <= 3e-7 * std::abs(exact) + 1e-30);
+            CHECK(narrow[i].bits == vwt::bf16(wide[i]).bits);
+        }
+    }
+}
+
+TEST_CASE("swiglu_matmul_nt equals SwiGLU in double, then a brute-force product (operands rounded to bf16 where its products are)") {
+    using H = vwt::cpu::backend<float, vwt::bf16>;
+    using vwt::cpu::product_precision;
+    std::mt19937 rng(21);
+    const float alpha = 0.75f, beta = 1.0f;
+    for (const auto layout : {vwt::swiglu_layout::split, vwt::swiglu_layout::interleaved})
+        for (const vwt::index_t inter : {13, 70})
+            for (const vwt::index_t m : {3, 5, 40})
+                for (const auto precision : {product_precision::automatic, product_precision::f32})
+                    for (const int threads : {1, 2}) {
+                        const bool split = layout == vwt::swiglu_layout::split;
+                        INFO("inter " << inter << " m " << m << (split ? " split" : " interleaved") << " f32 products "
+                                      << (precision == product_precision::f32) << " threads " << threads);
+                        strided fused(m, 2 * inter, rng, 0), wf(33, inter, rng), y(m, 33, rng, 7);
+                        for (vwt::index_t r = 0; r < m; ++r)  // gates from -100 to 100: e^-g from underflow to overflow
+                            for (vwt::index_t j = 0; j < inter; ++j) {
+                                float& g = fused.data[static_cast<std::size_t>(r * fused.stride + (split ? inter + j : 2 * j + 1))];
+                                g = (r + j) % 9 == 0 ? (j % 2 ? 100.0f : -100.0f) * static_cast<float>(r + 1) / static_cast<float>(m) : 6 * g;
+                            }
+                        std::vector<vwt::bf16> w(wf.data.size());
+                        for (std::size_t i = 0; i < w.size(); ++i) w[i] = vwt::bf16(wf.data[i]);
+                        const bool rounded = precision == product_precision::automatic && m > H::gemv_rows;
+                        const auto act = [&](vwt::index_t r, vwt::index_t j) {
+                            const double u = fused.at(r, split ? j : 2 * j), g = fused.at(r, split ? inter + j : 2 * j + 1);
+                            const double a = u * g / (1 + std::exp(-g));
+                            return rounded ? nearest_bf16(static_cast<float>(a)) : a;
+                        };
+                        const auto weight = [&](vwt::index_t j, vwt::index_t c) { return nearest_bf16(wf.data[static_cast<std::size_t>(c * wf.stride + j)]); };
+                        const auto want = brute_force(m, 33, inter, act, weight, alpha, beta, y);
+                        std::vector<float> scratch(static_cast<std::size_t>(m * inter));
+                        H::swiglu_matmul_nt({threads, precision}, fused.view().as_const(), vwt::host_matrix<float>{scratch.data(), m, inter, inter},
+                                            inter, layout, vwt::host_matrix<const vwt::bf16>{w.data(), 33, inter, wf.stride}, y.view(), alpha, beta);
+                        // float SwiGLU is within an ulp or two of the double one; rounded to bf16, an
+                        // activation next to a rounding boundary may land one bf16 step away
+                        for (vwt::index_t r = 0; r < m; ++r)
+                            for (vwt::index_t c = 0; c < 33; ++c) {
+                                double largest = 0;
+                                for (vwt::index_t j = 0; j < inter; ++j) largest = std::max(largest, std::abs(act(r, j) * weight(j, c)));
+                                const auto i = static_cast<std::size_t>(r * 33 + c);
+                                INFO("row " << r << " col " << c);
+                                REQUIRE(std::abs(y.at(r, c) - want.value[i]) <= 1e-5 * want.magnitude[i] + (rounded ? 0.008 * alpha * largest : 0) + 1e-6);
+                            }
+                    }
+}
+
 TEST_CASE("bf16 products need float compute") {
     using D = vwt::cpu::backend<double>;
     std::vector<double> x(8 * 4, 1.0), w(3 * 4, 1.0), y(8 * 3);

@@ -426,17 +426,17 @@ TEMPLATE_TEST_CASE("ops: prefill attention with bf16 or q8 weights: bf16 product
 TEMPLATE_TEST_CASE("ops: SwiGLU in both layouts and its backward", "[ops]", POLICIES) {
     SKIP_WITHOUT_DEVICE();
     for (const auto layout : {vwt::swiglu_layout::split, vwt::swiglu_layout::interleaved})
-        for (const index_t rows : {1, 9}) {
-            const index_t inter = 13;
-            const auto fused = values(rows * 2 * inter, 24, 2.0), d_out = values(rows * inter, 25);
-            against_oracle<TestType>([&]<class P>(typename P::context ctx) {
-                on<P> F(ctx, fused, rows, 2 * inter, 1), O(ctx, values(rows * inter, 26), rows, inter, 2);
-                on<P> D(ctx, d_out, rows, inter), DF(ctx, values(rows * 2 * inter, 27), rows, 2 * inter);
-                P::swiglu(ctx, F.m().as_const(), O.m(), inter, layout);
-                P::swiglu_backward(ctx, F.m().as_const(), D.m().as_const(), DF.m(), inter, layout);
-                return outputs{O.get(), DF.get()};
-            });
-        }
+        for (const index_t rows : {1, 9})
+            for (const index_t inter : {13, 70}) {  // 70: the 16-column SIMD kernel and its scalar tail
+                const auto fused = values(rows * 2 * inter, 24, 2.0), d_out = values(rows * inter, 25);
+                against_oracle<TestType>([&]<class P>(typename P::context ctx) {
+                    on<P> F(ctx, fused, rows, 2 * inter, 1), O(ctx, values(rows * inter, 26), rows, inter, 2);
+                    on<P> D(ctx, d_out, rows, inter), DF(ctx, values(rows * 2 * inter, 27), rows, 2 * inter);
+                    P::swiglu(ctx, F.m().as_const(), O.m(), inter, layout);
+                    P::swiglu_backward(ctx, F.m().as_const(), D.m().as_const(), DF.m(), inter, layout);
+                    return outputs{O.get(), DF.get()};
+                });
+            }
 }
 
 TEMPLATE_TEST_CASE("ops: the gaussian resize's padding and its backward", "[ops]", POLICIES) {

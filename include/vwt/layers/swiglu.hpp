@@ -52,8 +52,12 @@ struct swiglu_mlp {
         const auto fused = keep ? keep->fused : s.fused.as_matrix(rows, 2 * inter());
         const auto act = s.act.as_matrix(rows, inter());
         B::matmul_nt(ctx, normed, weights.c_fc, fused);
-        B::swiglu(ctx, fused, act, inter(), layout);
-        B::matmul_nt(ctx, act, weights.c_proj, layer, residual, T(1));
+        if constexpr (requires { B::swiglu_matmul_nt(ctx, fused.as_const(), act, inter(), layout, weights.c_proj, layer, residual, T(1)); }) {
+            B::swiglu_matmul_nt(ctx, fused.as_const(), act, inter(), layout, weights.c_proj, layer, residual, T(1));  // a policy's fused pair
+        } else {
+            B::swiglu(ctx, fused, act, inter(), layout);
+            B::matmul_nt(ctx, act, weights.c_proj, layer, residual, T(1));
+        }
     }
 
     template <index_t C>

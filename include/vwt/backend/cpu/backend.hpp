@@ -30,6 +30,7 @@
 #include "../../error.hpp"
 #include "../buffer.hpp"
 #include "../policy.hpp"
+#include "activation_kernels.hpp"
 #include "amx_attention.hpp"
 #include "attention_kernels.hpp"
 #include "context.hpp"
@@ -673,6 +674,13 @@ struct backend {
     // ---- SwiGLU: out[:, j] = u[:, j] * silu(g[:, j]); split: u is the first `inter` columns of
     // fused, g the next `inter`; interleaved: u_j and g_j are columns 2j and 2j + 1.
     static void swiglu(const context& ctx, mat<const T> fused, mat<T> out, index_t inter, swiglu_layout layout) {
+        if constexpr (std::is_same_v<T, float>) {
+            const bool split = layout == swiglu_layout::split;
+            parallel_for(ctx.threads, fused.rows(), [&](index_t r) {
+                kernels::swiglu(fused.row(r), fused.row(r) + (split ? inter : 1), split ? 1 : 2, inter, out.row(r));
+            });
+            return;
+        }
         using array = Eigen::Array<T, Eigen::Dynamic, 1>;
         using strided = Eigen::Map<const array, Eigen::Unaligned, Eigen::InnerStride<2>>;
         parallel_for(ctx.threads, fused.rows(), [&](index_t r) {
@@ -685,6 +693,32 @@ struct backend {
                 o = u * g / (T(1) + (-g).exp());
             }
         });
+    }
+    // y = alpha * swiglu(fused) . w^T + beta * y: swiglu, then matmul_nt, with `act` ([rows x
+    // inter]) as swiglu's output. Where the product runs on bf16 operands through oneDNN, SwiGLU
+    // writes its output rounded to bf16 straight into act's memory, the product's operand (the
+    // same numbers as rounding the float output: one pass over the activations instead of three).
+    static void swiglu_matmul_nt(const context& ctx, mat<const T> fused, mat<T> act, index_t inter, swiglu_layout layout,
+                                 mat<const Weight> w, mat<T> y, T alpha = T(1), T beta = T(0)) {
+        check_size(fused.rows(), act.rows(), "swiglu_matmul_nt act rows");
+        check_size(inter, act.cols(), "swiglu_matmul_nt act cols");
+#if defined(VWT_WITH_ONEDNN)
+        if constexpr (std::is_same_v<T, float>) {
+            if (bf16_products(ctx, fused.rows()) && act.stride() == inter) {
+                check_product(act.rows(), inter, w.rows(), w.cols() * per_item, y, "swiglu_matmul_nt", true);
+                bf16* operand = reinterpret_cast<bf16*>(act.data());  // rows x inter bf16 fill the first half of act
+                const bool split = layout == swiglu_layout::split;
+                parallel_for(ctx.threads, fused.rows(), [&](index_t r) {
+                    kernels::swiglu(fused.row(r), fused.row(r) + (split ? inter : 1), split ? 1 : 2, inter, operand + r * inter);
+                });
+                if (onednn::gemm_bf16(*ctx.cache, ctx.threads, 'N', 'T', act.rows(), w.rows(), inter, alpha, operand, inter, w.data(),
+                                      w.stride(), beta, y.data(), y.stride(), ctx.shapes))
+                    return;
+            }
+        }
+#endif
+        swiglu(ctx, fused, act, inter, layout);
+        matmul_nt(ctx, act.as_const(), w, y, alpha, beta);
     }
     static void swiglu_backward(const context& ctx, mat<const T> fused, mat<const T> d_out, mat<T> d_fused, index_t inter,
                                 swiglu_layout layout) {
