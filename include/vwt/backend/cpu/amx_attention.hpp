@@ -84,8 +84,6 @@ struct head_scratch {
 };
 
 #if defined(VWT_AMX_ATTENTION)
-inline constexpr bool compiled = true;
-
 // Whether this process can run the kernels below: the CPU reports AMX-TILE and AMX-BF16 (CPUID
 // leaf 7, EDX bits 24 and 22) and AVX512_BF16 (leaf 7.1, EAX bit 5: the roundings), and Linux
 // grants the process the tiles' register state (arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA)).
@@ -103,8 +101,7 @@ inline bool available() {
 }
 
 namespace detail {
-// A mask of the first n of 16 lanes (none for n <= 0).
-inline __mmask16 first_lanes(index_t n) { return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : static_cast<__mmask16>((1u << n) - 1u); }
+using kernels::detail::first_lanes;  // a mask of the first n of 16 lanes
 // 32 values of a row from `p` (the first n, 0 after them) as 16 bf16 pairs, in 32-bit lanes:
 // float rounded by vcvtne2ps2bf16 (nearest, ties to even), bf16 as it is.
 __attribute__((target("avx512bf16"))) inline __m512i bf16_pairs(const float* p, index_t n) {
@@ -429,7 +426,6 @@ __attribute__((target("amx-tile,amx-bf16,avx512bf16"))) inline void attend_head(
     }
 }
 #else
-inline constexpr bool compiled = false;
 inline bool available() { return false; }
 #endif
 

@@ -71,7 +71,8 @@ namespace detail {
 // 2^n scaling.
 #if defined(__AVX512F__)
 using vmask = __mmask16;
-inline vmask first_lanes(index_t n) { return static_cast<vmask>((1u << n) - 1u); }  // n < lanes
+// (none for n <= 0, all for n >= 16)
+inline vmask first_lanes(index_t n) { return n >= 16 ? vmask(0xffff) : n <= 0 ? vmask(0) : static_cast<vmask>((1u << n) - 1u); }
 inline vfloat vselect(vmask m, vfloat where_set, vfloat elsewhere) { return _mm512_mask_blend_ps(m, elsewhere, where_set); }
 inline vfloat vmax(vfloat a, vfloat b) { return _mm512_max_ps(a, b); }
 inline float vmax_of(vfloat a) { return _mm512_reduce_max_ps(a); }

@@ -407,7 +407,7 @@ struct backend {
         using head_matrix = Eigen::Matrix<T, Eigen::Dynamic, detail::eigen_extent(D), Eigen::RowMajor>;
         using head_map = Eigen::Map<const head_matrix, Eigen::Unaligned, Eigen::OuterStride<>>;
         if (q.rows() == 1) return attention_decode(ctx, q, keys, values, out, shape, scale, scratch);
-        if constexpr (kernels::amx::compiled && std::is_same_v<T, float>)
+        if constexpr (std::is_same_v<T, float>)  // (backend<double> instantiates no float kernel)
             if (bf16_attention(ctx, q.rows())) return attention_amx(ctx, q, keys, values, out, shape, scale, scratch);
         if constexpr (simd_prefill_attention) return attention_prefill(ctx, q, keys, values, out, shape, scale, scratch);
         const index_t T_q = q.rows(), n_ctx = keys.rows(), past = n_ctx - T_q, d = shape.head_dim.value();
