@@ -301,6 +301,60 @@ TEMPLATE_TEST_CASE("ops: prefill and decode attention over long pasts and odd he
                 }
 }
 
+// The CPU policy's optional split_qkv_rope (the attention layer's one pass where the policy has it)
+// against the reference policy's RoPE, then its split_qkv; its bf16 keys and values are its float
+// ones rounded to the nearest bf16.
+#if !defined(VWT_TEST_CUDA)
+TEMPLATE_TEST_CASE("ops: split_qkv_rope equals RoPE, then split_qkv", "[ops]", vwt::cpu::backend<float>, vwt::cpu::backend<double>) {
+    using P = TestType;
+    STATIC_REQUIRE(vwt::splits_with_rope<P, vwt::dynamic_extent>);
+    STATIC_REQUIRE(!vwt::splits_with_rope<oracle, vwt::dynamic_extent>);
+    const index_t rows = 21;
+    std::vector<int> positions;
+    for (index_t r = 0; r < rows; ++r) positions.push_back(r < 12 ? 5 + static_cast<int>(r) : r == 16 ? 3 : 100000 + static_cast<int>(r));
+    for (const auto& heads : std::vector<std::pair<int, int>>{{4, 4}, {6, 2}})
+        for (const index_t d : {10, 136})  // 136: 68 frequencies, two passes of 64
+            for (const int threads : {1, 2}) {
+                const int H = heads.first, Hkv = heads.second, G = H / Hkv;
+                const index_t cols = (H + 2 * Hkv) * d;
+                INFO("H " << H << " Hkv " << Hkv << " d " << d << " threads " << threads);
+                const auto qkv = values(rows * cols, 71);
+                const vwt::attention_shape<> shape{H, Hkv, vwt::extent<vwt::dynamic_extent>(d)};
+                const auto ctx = context_of<P>(threads);
+                on<P> QKV(ctx, qkv, rows, cols, 1), Q(ctx, values(rows * H * d, 72), rows, H * d, 3);
+                on<P> K(ctx, values(rows * Hkv * d, 73), rows, Hkv * d), V(ctx, values(rows * Hkv * d, 74), rows, Hkv * d, 2);
+                typename P::template buffer<int> pos(rows);
+                P::upload(ctx, std::span<const int>(positions), pos.view());
+                P::split_qkv_rope(ctx, QKV.m().as_const(), Q.m(), K.m(), V.m(), shape, pos.view(), 10000.0);
+
+                const auto octx = context_of<oracle>(1);
+                on<oracle> OQKV(octx, qkv, rows, cols), OQ(octx, values(rows * H * d, 1), rows, H * d);
+                on<oracle> OK(octx, values(rows * Hkv * d, 2), rows, Hkv * d), OV(octx, values(rows * Hkv * d, 3), rows, Hkv * d);
+                oracle::buffer<int> opos(rows);
+                oracle::upload(octx, std::span<const int>(positions), opos.view());
+                oracle::rope(octx, OQKV.m(), vwt::rope_layout<>{Hkv, G + 1, static_cast<index_t>(G + 2) * d, vwt::extent<vwt::dynamic_extent>(d)},
+                             opos.view(), 10000.0, false);
+                oracle::split_qkv(octx, OQKV.m().as_const(), OQ.m(), OK.m(), OV.m(), shape);
+                same<P>(Q.get(), OQ.get(), 1e-4);
+                same<P>(K.get(), OK.get(), 1e-4);
+                same<P>(V.get(), OV.get());
+                CHECK(QKV.get() == on<P>(ctx, qkv, rows, cols).get());  // qkv itself is left as it was
+
+                if constexpr (std::is_same_v<typename P::compute_type, float>) {
+                    typename P::template buffer<vwt::bf16> kb(rows * Hkv * d), vb(rows * Hkv * d);
+                    P::split_qkv_rope(ctx, QKV.m().as_const(), Q.m(), kb.view().as_matrix(rows, Hkv * d), vb.view().as_matrix(rows, Hkv * d),
+                                      shape, pos.view(), 10000.0);
+                    const auto k = K.get(), v = V.get();
+                    for (std::size_t i = 0; i < k.size(); ++i) {
+                        INFO("element " << i);
+                        REQUIRE(kb.view()[static_cast<index_t>(i)] == vwt::bf16(static_cast<float>(k[i])));
+                        REQUIRE(vb.view()[static_cast<index_t>(i)] == vwt::bf16(static_cast<float>(v[i])));
+                    }
+                }
+            }
+}
+#endif
+
 // A KV cache in bf16: split_qkv stores keys and values rounded to the nearest bf16, and attention
 // (prefill with a past, and decode) reads them exactly. The oracle rounds on the host with
 // vwt::bf16 (tested against the IEEE rule in backend_matmul.cpp) and attends in double.

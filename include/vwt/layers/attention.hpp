@@ -46,6 +46,14 @@ void visit_kv(const std::variant<Rows...>& kv, F&& f) {
     std::visit(f, kv);
 }
 
+// Whether policy B has the optional split_qkv_rope (split_qkv with RoPE applied on the way).
+template <class B, index_t D>
+concept splits_with_rope = requires(const typename B::context& ctx, matrix_view<const typename B::compute_type, typename B::memory> qkv,
+                                    matrix_view<typename B::compute_type, typename B::memory> m, attention_shape<D> shape,
+                                    vector_view<const int, typename B::memory> positions) {
+    B::split_qkv_rope(ctx, qkv, m, m, m, shape, positions, 1.0);
+};
+
 template <class B, layer_width Width>
 struct attention {
     using T = typename B::compute_type;
@@ -88,14 +96,20 @@ struct attention {
         const auto qkv = s.qkv.as_matrix(rows, qkv_cols());
         const auto q = keep ? keep->q : s.q.as_matrix(rows, hd);
         const auto o = keep ? keep->o : s.attn.as_matrix(rows, hd);
+        constexpr bool rope_in_split = splits_with_rope<B, Width::head_extent>;
         B::matmul_nt(ctx, normed, weights.c_attn, qkv);
-        rotary.forward(ctx, qkv, width, kv_heads, positions);
+        if constexpr (!rope_in_split) rotary.forward(ctx, qkv, width, kv_heads, positions);
         for (std::size_t i = 0; i < seqs.size(); ++i) {
             const auto& seq = seqs[i];
             const index_t end = seq.begin + seq.rows, n_ctx = seq.past + seq.rows;
             visit_kv(kv_of(i), [&]<class E>(const kv_rows<E, M>& kv) {
-                B::split_qkv(ctx, qkv.rows_range(seq.begin, end), q.rows_range(seq.begin, end), kv.keys.rows_range(seq.past, n_ctx),
-                             kv.values.rows_range(seq.past, n_ctx), shape());
+                if constexpr (rope_in_split)
+                    B::split_qkv_rope(ctx, qkv.rows_range(seq.begin, end).as_const(), q.rows_range(seq.begin, end),
+                                      kv.keys.rows_range(seq.past, n_ctx), kv.values.rows_range(seq.past, n_ctx), shape(),
+                                      positions.subview(seq.begin, seq.rows), rotary.theta);
+                else
+                    B::split_qkv(ctx, qkv.rows_range(seq.begin, end), q.rows_range(seq.begin, end), kv.keys.rows_range(seq.past, n_ctx),
+                                 kv.values.rows_range(seq.past, n_ctx), shape());
                 B::attention(ctx, q.rows_range(seq.begin, end), kv.keys.rows_range(0, n_ctx).as_const(),
                              kv.values.rows_range(0, n_ctx).as_const(), o.rows_range(seq.begin, end), shape(), scale, s.attention);
             });

@@ -325,55 +325,40 @@ struct backend {
 
     // ---- RoPE, rotate-half, pairs (j, j + d/2), inv_freq_j = theta^(-2j/d), at each row's position,
     // in place over the heads that `layout` names. One cos/sin per row and frequency serves every
-    // head. The rotation is orthogonal: `inverse` rotates by the negated angle (the backward).
-    // Rows run in tasks of rope_rows; in a task, a row at the position after the previous row's
-    // takes its cos/sin from the previous one by the angle-addition formula in double (one step
-    // of inv_freq_j), so that the sin/cos calls are per task, not per row.
+    // head (rope_angles). The rotation is orthogonal: `inverse` rotates by the negated angle (the
+    // backward).
     static constexpr index_t rope_rows = 16;
     template <index_t D>
     static void rope(const context& ctx, mat<T> x, rope_layout<D> layout, vec<const int> positions, double theta,
                      bool inverse = false) {
-        const int d = static_cast<int>(layout.head_dim.value()), half = d / 2;
+        const int d = static_cast<int>(layout.head_dim.value());
         check_size(x.rows(), positions.size(), "rope positions");
-        const double sign = inverse ? -1.0 : 1.0;
-        constexpr int chunk = 64;  // frequencies per pass, their cos/sin on the stack (decode allocates nothing)
-        parallel_for(ctx.threads, (x.rows() + rope_rows - 1) / rope_rows, [&](index_t task) {
-            const index_t r0 = task * rope_rows, r1 = std::min(x.rows(), r0 + rope_rows);
-            for (int j0 = 0; j0 < half; j0 += chunk) {
-                const int n = std::min(chunk, half - j0);
-                std::array<double, chunk> frequency, step_cos, step_sin, cos_d, sin_d;
-                std::array<T, chunk> c, s;
-                for (int j = 0; j < n; ++j) {
-                    const auto i = static_cast<std::size_t>(j);
-                    frequency[i] = std::pow(theta, -2.0 * (j0 + j) / d);
-                    step_cos[i] = std::cos(sign * frequency[i]), step_sin[i] = std::sin(sign * frequency[i]);
+        rope_angles(ctx, x.rows(), d, positions, theta, inverse, [&](index_t r, int j0, int n, const T* c, const T* s) {
+            T* row = x.row(r);
+            for (int g = 0; g < layout.groups; ++g)
+                for (int h = 0; h < layout.heads_per_group; ++h) {
+                    T* head = row + g * layout.group_stride + static_cast<index_t>(h) * d + j0;
+                    rotate_half(head, head, n, d / 2, c, s);
                 }
-                for (index_t r = r0; r < r1; ++r) {
-                    const bool next = r > r0 && positions[r] == positions[r - 1] + 1;
-                    for (int j = 0; j < n; ++j) {
-                        const auto i = static_cast<std::size_t>(j);
-                        if (next) {
-                            const double cr = cos_d[i] * step_cos[i] - sin_d[i] * step_sin[i];
-                            sin_d[i] = sin_d[i] * step_cos[i] + cos_d[i] * step_sin[i];
-                            cos_d[i] = cr;
-                        } else {
-                            const double angle = sign * positions[r] * frequency[i];
-                            cos_d[i] = std::cos(angle), sin_d[i] = std::sin(angle);
-                        }
-                        c[i] = static_cast<T>(cos_d[i]), s[i] = static_cast<T>(sin_d[i]);
-                    }
-                    T* row = x.row(r);
-                    for (int g = 0; g < layout.groups; ++g)
-                        for (int h = 0; h < layout.heads_per_group; ++h) {
-                            T* v = row + g * layout.group_stride + static_cast<index_t>(h) * d + j0;
-                            for (int j = 0; j < n; ++j) {
-                                const auto i = static_cast<std::size_t>(j);
-                                const T a = v[j], b = v[j + half];
-                                v[j] = a * c[i] - b * s[i];
-                                v[j + half] = b * c[i] + a * s[i];
-                            }
-                        }
-                }
+        });
+    }
+
+    // split_qkv with RoPE on the way (an optional op: the attention layer calls it where the policy
+    // has it, else rope then split_qkv): q and k receive each group's queries and key rotated at the
+    // row's position, v its value; qkv is left as it was. One pass over the rows instead of two,
+    // the same numbers.
+    template <index_t D, class E = T>
+    static void split_qkv_rope(const context& ctx, mat<const T> qkv, mat<T> q, mat<E> k, mat<E> v, attention_shape<D> shape,
+                               vec<const int> positions, double theta) {
+        const index_t d = shape.head_dim.value();
+        const int G = shape.heads / shape.kv_heads;
+        check_size(qkv.rows(), positions.size(), "rope positions");
+        rope_angles(ctx, qkv.rows(), static_cast<int>(d), positions, theta, false, [&](index_t r, int j0, int n, const T* c, const T* s) {
+            for (int g = 0; g < shape.kv_heads; ++g) {
+                const T* src = qkv.row(r) + g * (G + 2) * d;
+                for (int h = 0; h < G; ++h) rotate_half(src + h * d + j0, q.row(r) + (g * G + h) * d + j0, n, d / 2, c, s);
+                rotate_half(src + G * d + j0, k.row(r) + g * d + j0, n, d / 2, c, s);
+                if (j0 == 0) store_row(src + (G + 1) * d, d, v.row(r) + g * d);
             }
         });
     }
@@ -783,16 +768,12 @@ struct backend {
     static void split_qkv(const context& ctx, mat<const T> qkv, mat<T> q, mat<E> k, mat<E> v, attention_shape<D> shape) {
         const index_t d = shape.head_dim.value();
         const int G = shape.heads / shape.kv_heads;
-        const auto store = [&](const T* from, E* to) {
-            if constexpr (std::is_same_v<E, T>) std::copy(from, from + d, to);
-            else kernels::round_to_bf16(from, d, to);
-        };
         parallel_for(ctx.threads, qkv.rows(), [&](index_t r) {
             for (int g = 0; g < shape.kv_heads; ++g) {
                 const T* src = qkv.row(r) + g * (G + 2) * d;
                 std::copy(src, src + G * d, q.row(r) + g * G * d);
-                store(src + G * d, k.row(r) + g * d);
-                store(src + (G + 1) * d, v.row(r) + g * d);
+                store_row(src + G * d, d, k.row(r) + g * d);
+                store_row(src + (G + 1) * d, d, v.row(r) + g * d);
             }
         });
     }
@@ -887,6 +868,68 @@ struct backend {
     }
 
 private:
+    // RoPE's angles: f(r, j0, n, c, s) for each row r and each chunk of n frequencies from j0, c[i]
+    // and s[i] the cos and sin of frequency j0 + i (inv_freq_j = theta^(-2j/d)) at positions[r],
+    // negated for `inverse`. Rows run in tasks of rope_rows; in a task, a row at the position after
+    // the previous row's takes its cos/sin from the previous one by the angle-addition formula in
+    // double (one step of inv_freq_j), so that the sin/cos calls are per task, not per row.
+    template <class F>
+    static void rope_angles(const context& ctx, index_t rows, int d, vec<const int> positions, double theta, bool inverse, F&& f) {
+        const int half = d / 2;
+        const double sign = inverse ? -1.0 : 1.0;
+        constexpr int chunk = 64;  // frequencies per pass, their cos/sin on the stack (decode allocates nothing)
+        parallel_for(ctx.threads, (rows + rope_rows - 1) / rope_rows, [&](index_t task) {
+            const index_t r0 = task * rope_rows, r1 = std::min(rows, r0 + rope_rows);
+            for (int j0 = 0; j0 < half; j0 += chunk) {
+                const int n = std::min(chunk, half - j0);
+                std::array<double, chunk> frequency, step_cos, step_sin, cos_d, sin_d;
+                std::array<T, chunk> c, s;
+                for (int j = 0; j < n; ++j) {
+                    const auto i = static_cast<std::size_t>(j);
+                    frequency[i] = std::pow(theta, -2.0 * (j0 + j) / d);
+                    step_cos[i] = std::cos(sign * frequency[i]), step_sin[i] = std::sin(sign * frequency[i]);
+                }
+                for (index_t r = r0; r < r1; ++r) {
+                    const bool next = r > r0 && positions[r] == positions[r - 1] + 1;
+                    for (int j = 0; j < n; ++j) {
+                        const auto i = static_cast<std::size_t>(j);
+                        if (next) {
+                            const double cr = cos_d[i] * step_cos[i] - sin_d[i] * step_sin[i];
+                            sin_d[i] = sin_d[i] * step_cos[i] + cos_d[i] * step_sin[i];
+                            cos_d[i] = cr;
+                        } else {
+                            const double angle = sign * positions[r] * frequency[i];
+                            cos_d[i] = std::cos(angle), sin_d[i] = std::sin(angle);
+                        }
+                        c[i] = static_cast<T>(cos_d[i]), s[i] = static_cast<T>(sin_d[i]);
+                    }
+                    f(r, j0, n, c.data(), s.data());
+                }
+            }
+        });
+    }
+    // The rotate-half pairs (j, j + half) for j < n: from `from` into `to` (the same place, or
+    // another; a bf16 `to` receives them rounded to the nearest bf16).
+    template <class U>
+    static void rotate_half(const T* from, U* to, int n, index_t half, const T* c, const T* s) {
+        for (int j = 0; j < n; ++j) {
+            const T a = from[j], b = from[j + half];
+            store_value(to[j], a * c[j] - b * s[j]);
+            store_value(to[j + half], b * c[j] + a * s[j]);
+        }
+    }
+    template <class U>
+    static void store_value(U& to, T value) {
+        if constexpr (std::is_same_v<U, T>) to = value;
+        else to = U(static_cast<float>(value));
+    }
+    // n values into a row of T (copied) or bf16 (rounded to the nearest).
+    template <class U>
+    static void store_row(const T* from, index_t n, U* to) {
+        if constexpr (std::is_same_v<U, T>) std::copy(from, from + n, to);
+        else kernels::round_to_bf16(from, n, to);
+    }
+
     // Whether a product of `rows` rows runs on bf16 operands (see product_precision).
     static bool bf16_products(const context& ctx, index_t rows) {
         switch (ctx.products) {
