@@ -16,6 +16,7 @@
 
 #include "../../tensor/bf16.hpp"
 #include "../../tensor/view.hpp"
+#include "cpu_features.hpp"
 
 namespace vwt::cpu::kernels {
 
@@ -49,9 +50,18 @@ inline __m512 swiglu16(__m512 u, __m512 g) {
     return _mm512_mul_ps(u, _mm512_mul_ps(g, inverse));
 }
 // 16 floats stored as float, or rounded to bf16 as vwt::bf16 rounds (nearest, ties to even; a NaN
-// stays a quiet NaN).
-inline void store16(float* out, __m512 v) { _mm512_storeu_ps(out, v); }
-inline void store16(bf16* out, __m512 v) {
+// stays a quiet NaN): by vcvtneps2bf16 where `native` (which also flushes denormal floats to zero),
+// else by integer steps.
+template <bool native>
+__attribute__((target("avx512bf16"))) inline void store16(float* out, __m512 v) {
+    _mm512_storeu_ps(out, v);
+}
+template <bool native>
+__attribute__((target("avx512bf16"))) inline void store16(bf16* out, __m512 v) {
+    if constexpr (native) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
+        return;
+    }
     const __m512i x = _mm512_castps_si512(v);
     const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
     __m512i bits = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
@@ -59,27 +69,37 @@ inline void store16(bf16* out, __m512 v) {
     bits = _mm512_mask_or_epi32(bits, nan, _mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtepi32_epi16(bits));
 }
-#endif
-}  // namespace detail
-
-// out[j] = u[j] * g[j] / (1 + e^-g[j]) for j < n, with u[j] at u + step j and g[j] at g + step j:
-// step 1 for u and g in two blocks of columns, 2 for interleaved pairs (g = u + 1). Out is float
-// or bf16 (rounded to nearest, ties to even).
-template <class Out>
-void swiglu(const float* u, const float* g, index_t step, index_t n, Out* out) {
-    static_assert(std::is_same_v<Out, float> || std::is_same_v<Out, bf16>, "SwiGLU writes float or bf16");
+// The whole 16-column groups of swiglu() below; returns how many columns it did. Compiled for
+// AVX512_BF16 (its target attribute), which only the `native` store uses.
+template <bool native, class Out>
+__attribute__((target("avx512bf16"))) index_t swiglu_vectors(const float* u, const float* g, index_t step, index_t n, Out* out) {
     index_t j = 0;
-#if defined(__AVX512F__)
     if (step == 1) {
-        for (; j + 16 <= n; j += 16) detail::store16(out + j, detail::swiglu16(_mm512_loadu_ps(u + j), _mm512_loadu_ps(g + j)));
+        for (; j + 16 <= n; j += 16) store16<native>(out + j, swiglu16(_mm512_loadu_ps(u + j), _mm512_loadu_ps(g + j)));
     } else if (step == 2 && g == u + 1) {
         const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
         const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
         for (; j + 16 <= n; j += 16) {
             const __m512 a = _mm512_loadu_ps(u + 2 * j), b = _mm512_loadu_ps(u + 2 * j + 16);
-            detail::store16(out + j, detail::swiglu16(_mm512_permutex2var_ps(a, even, b), _mm512_permutex2var_ps(a, odd, b)));
+            store16<native>(out + j, swiglu16(_mm512_permutex2var_ps(a, even, b), _mm512_permutex2var_ps(a, odd, b)));
         }
     }
+    return j;
+}
+#endif
+}  // namespace detail
+
+// out[j] = u[j] * g[j] / (1 + e^-g[j]) for j < n, with u[j] at u + step j and g[j] at g + step j:
+// step 1 for u and g in two blocks of columns, 2 for interleaved pairs (g = u + 1). Out is float
+// or bf16 (rounded to nearest, ties to even; on CPUs with AVX512_BF16 a denormal float becomes a
+// signed zero).
+template <class Out>
+void swiglu(const float* u, const float* g, index_t step, index_t n, Out* out) {
+    static_assert(std::is_same_v<Out, float> || std::is_same_v<Out, bf16>, "SwiGLU writes float or bf16");
+    index_t j = 0;
+#if defined(__AVX512F__)
+    if (std::is_same_v<Out, bf16> && has_avx512_bf16()) j = detail::swiglu_vectors<true>(u, g, step, n, out);
+    else j = detail::swiglu_vectors<false>(u, g, step, n, out);
 #endif
     for (; j < n; ++j) {
         const float v = detail::swiglu_value(u[j * step], g[j * step]);

@@ -22,6 +22,7 @@
 #include "../../tensor/bf16.hpp"
 #include "../../tensor/view.hpp"
 #include "attention_kernels.hpp"
+#include "cpu_features.hpp"
 
 #if defined(__x86_64__) && defined(__linux__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
     (defined(__clang__) || defined(__GNUC__))
@@ -92,8 +93,7 @@ inline bool available() {
     static const bool granted = [] {
         unsigned a = 0, b = 0, c = 0, d = 0;
         if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-        if (!((d >> 24) & 1u) || !((d >> 22) & 1u)) return false;
-        if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !((a >> 5) & 1u)) return false;
+        if (!((d >> 24) & 1u) || !((d >> 22) & 1u) || !has_avx512_bf16()) return false;
         constexpr long request_permission = 0x1023, tile_data = 18;
         return syscall(SYS_arch_prctl, request_permission, tile_data) == 0;
     }();
