@@ -35,6 +35,7 @@
 #include "attention_kernels.hpp"
 #include "context.hpp"
 #include "onednn_gemm.hpp"
+#include "rope_kernels.hpp"
 #include "weight_kernels.hpp"
 
 // OpenMP when the build enables it (vwt::vwt links OpenMP::OpenMP_CXX); serial otherwise.
@@ -912,6 +913,7 @@ private:
     // another; a bf16 `to` receives them rounded to the nearest bf16).
     template <class U>
     static void rotate_half(const T* from, U* to, int n, index_t half, const T* c, const T* s) {
+        if constexpr (std::is_same_v<T, float> && std::is_same_v<U, float>) return kernels::rotate_half(from, to, n, half, c, s);
         for (int j = 0; j < n; ++j) {
             const T a = from[j], b = from[j + half];
             store_value(to[j], a * c[j] - b * s[j]);
@@ -1114,7 +1116,8 @@ private:
             const kernels::amx::head_scratch work(reinterpret_cast<std::byte*>(scratch.data() + t * per_thread), layout);
             const kernels::amx::tiles tiles;
             int packed_group = -1;
-            for (int h = static_cast<int>(t); h < shape.heads; h += threads) {
+            const int h0 = static_cast<int>(t * shape.heads / threads), h1 = static_cast<int>((t + 1) * shape.heads / threads);
+            for (int h = h0; h < h1; ++h) {
                 const int g = h / group;
                 if (g != packed_group) {
                     kernels::amx::pack_keys(keys.data() + g * d, keys.stride(), layout, work.keys);
