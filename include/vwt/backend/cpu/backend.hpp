@@ -22,6 +22,7 @@
 #include <limits>
 #include <span>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <Eigen/Core>
@@ -409,7 +410,8 @@ struct backend {
             T* wide_keys = tile_memory + tile * n_ctx;  // bf16: the head's keys and values as T
             T* wide_values = wide_keys + n_ctx * d;
             int widened_group = -1;
-            for (int h = t; h < shape.heads; h += threads) {
+            const auto [h0, h1] = heads_of_thread(t, threads, shape.heads);
+            for (int h = h0; h < h1; ++h) {
                 const int g = h / group;
                 const T* k_at = nullptr;
                 const T* v_at = nullptr;
@@ -988,6 +990,12 @@ private:
     }
 #endif
 
+    // The heads [first, last) of thread t of `threads`: a contiguous block each, so that two threads
+    // never share the cache lines of a row of q or out (heads round-robin put both on every line).
+    static std::pair<int, int> heads_of_thread(index_t t, int threads, int heads) {
+        return {static_cast<int>(t * heads / threads), static_cast<int>((t + 1) * heads / threads)};
+    }
+
     // Attention of one query row (decode). Each thread takes a contiguous block of heads and sweeps
     // the keys, then the values, row by row: every pass reads its heads' columns of each cached row
     // front to back (reading one head down all rows instead strides across pages and ran at a third
@@ -1001,7 +1009,7 @@ private:
         check_size(static_cast<index_t>(shape.heads) * n_ctx, scratch.size(), "attention scratch", true);
         const int threads = std::max(1, std::min(ctx.threads, shape.heads));
         parallel_for(threads, threads, [&](index_t t) {
-            const int h0 = static_cast<int>(t * shape.heads / threads), h1 = static_cast<int>((t + 1) * shape.heads / threads);
+            const auto [h0, h1] = heads_of_thread(t, threads, shape.heads);
             const auto scores = [&](int h) { return Eigen::Map<row>(scratch.data() + h * n_ctx, n_ctx); };
             index_t j = 0;
             if constexpr (std::is_same_v<T, float>)  // 16 keys at a time, reduced together
@@ -1060,7 +1068,8 @@ private:
             T* p = vp + layout.value_elements();
             T* o = p + layout.score_elements();
             int prepared_group = -1;
-            for (int h = static_cast<int>(t); h < shape.heads; h += threads) {
+            const auto [h0, h1] = heads_of_thread(t, threads, shape.heads);
+            for (int h = h0; h < h1; ++h) {
                 const int g = h / group;
                 if (g != prepared_group) {
                     kernels::transpose_keys(keys.data() + g * d, keys.stride(), layout, kt);
@@ -1116,7 +1125,7 @@ private:
             const kernels::amx::head_scratch work(reinterpret_cast<std::byte*>(scratch.data() + t * per_thread), layout);
             const kernels::amx::tiles tiles;
             int packed_group = -1;
-            const int h0 = static_cast<int>(t * shape.heads / threads), h1 = static_cast<int>((t + 1) * shape.heads / threads);
+            const auto [h0, h1] = heads_of_thread(t, threads, shape.heads);
             for (int h = h0; h < h1; ++h) {
                 const int g = h / group;
                 if (g != packed_group) {
