@@ -161,15 +161,25 @@ void decode(benchmark::State& state, bool uniform) {
 // row-major (torch's Linear layout), through a library GEMM with no norms, RoPE, attention or copies.
 struct gemm_shape {
     int m, n, k;
+    bool bf16_output = false;  // (the bf16 baseline only)
 };
-std::vector<gemm_shape> sgemm_shapes(const vwt::dynamic_schedule& s) {
+// A prefill's products: per layer c_attn, the attention's c_proj, the MLP's c_fc and c_proj; then
+// the head on the last row. `as_bf16_prefill`: c_fc as the bf16 prefill runs it, two products of
+// 4w columns (the gate's, then the up one's, which stores bf16: CPU policy's swiglu_mlp), the same
+// FLOPs.
+std::vector<gemm_shape> sgemm_shapes(const vwt::dynamic_schedule& s, bool as_bf16_prefill = false) {
     const int T = prefill_tokens;
     std::vector<gemm_shape> shapes;
     for (int i = 0; i < s.layers(); ++i) {
         const int w = s.width(i);
         shapes.push_back({T, 3 * w, w});
         shapes.push_back({T, w, w});
-        shapes.push_back({T, 8 * w, w});
+        if (as_bf16_prefill) {
+            shapes.push_back({T, 4 * w, w});
+            shapes.push_back({T, 4 * w, w, true});
+        } else {
+            shapes.push_back({T, 8 * w, w});
+        }
         shapes.push_back({T, w, 4 * w});
     }
     shapes.push_back({1, s.dims.vocab, s.dims.hidden});
@@ -286,9 +296,11 @@ void sgemm_same_shapes(benchmark::State& state, bool uniform, gemm_library libra
     state.counters["GFLOP/s"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// oneDNN's bf16 matmul (bf16 operands, float sums and output) on the same shapes, the weights
-// [n x k] row-major read in place, each primitive made once before the timing: the bf16 peak a
-// library reaches on this CPU. Zero GFLOP/s where oneDNN is absent or has no bf16 matmul here.
+// oneDNN's bf16 matmul (bf16 operands, float sums and output) on the products the bf16 prefill
+// runs (sgemm_shapes(s, true): c_fc as two products, one storing bf16, as the prefill does, but
+// without its SwiGLU), the weights [n x k] row-major read in place, each primitive made once before
+// the timing: the bf16 peak a library reaches on this CPU. Zero GFLOP/s where oneDNN is absent or
+// has no bf16 matmul here.
 struct bf16_gemm_runner {
 #if defined(VWT_BENCH_ONEDNN)
     dnnl::engine engine{dnnl::engine::kind::cpu, 0};
@@ -297,13 +309,13 @@ struct bf16_gemm_runner {
     std::vector<std::unordered_map<int, dnnl::memory>> args;
     std::vector<gemm_shape> shapes;
     gemm_operands<std::uint16_t, float> x;  // bf16 bits: 0x3f00 = 0.5, 0x3e80 = 0.25
-    explicit bf16_gemm_runner(const vwt::dynamic_schedule& s) : shapes(sgemm_shapes(s)), x(shapes, 0x3f00, 0x3e80) {
+    explicit bf16_gemm_runner(const vwt::dynamic_schedule& s) : shapes(sgemm_shapes(s, true)), x(shapes, 0x3f00, 0x3e80) {
         using dt = dnnl::memory::data_type;
         for (std::size_t i = 0; i < shapes.size(); ++i) {
             const auto& sh = shapes[i];
             const dnnl::memory::desc ad({sh.m, sh.k}, dt::bf16, dnnl::memory::dims{sh.k, 1});
             const dnnl::memory::desc bd({sh.k, sh.n}, dt::bf16, dnnl::memory::dims{1, sh.k});
-            const dnnl::memory::desc cd({sh.m, sh.n}, dt::f32, dnnl::memory::dims{sh.n, 1});
+            const dnnl::memory::desc cd({sh.m, sh.n}, sh.bf16_output ? dt::bf16 : dt::f32, dnnl::memory::dims{sh.n, 1});
             try {
                 primitives.emplace_back(dnnl::matmul::primitive_desc(dnnl::matmul::desc(ad, bd, cd), engine));
             } catch (const dnnl::error&) {

@@ -330,6 +330,68 @@ TEST_CASE("swiglu_matmul_nt equals SwiGLU in double, then a brute-force product 
                     }
 }
 
+TEST_CASE("swiglu_mlp equals brute-force products around SwiGLU in double (operands rounded to bf16 where its products are)") {
+    using H = vwt::cpu::backend<float, vwt::bf16>;
+    using vwt::cpu::product_precision;
+    std::mt19937 rng(23);
+    const float alpha = 0.75f, beta = 1.0f;
+    const vwt::index_t out = 33;
+    for (const auto layout : {vwt::swiglu_layout::split, vwt::swiglu_layout::interleaved})
+        for (const vwt::index_t inter : {13, 70})
+            for (const vwt::index_t w : {8, 40})  // 40 > 13: the policy's other way
+                for (const vwt::index_t m : {3, 5, 40})
+                    for (const auto precision : {product_precision::automatic, product_precision::f32})
+                        for (const int threads : {1, 2}) {
+                            const bool split = layout == vwt::swiglu_layout::split;
+                            INFO("inter " << inter << " w " << w << " m " << m << (split ? " split" : " interleaved") << " f32 products "
+                                          << (precision == product_precision::f32) << " threads " << threads);
+                            strided x(m, w, rng), fc(2 * inter, w, rng, 3), proj(out, inter, rng, 2), y(m, out, rng, 7);
+                            std::vector<vwt::bf16> fc16(fc.data.size()), proj16(proj.data.size());
+                            for (std::size_t i = 0; i < fc16.size(); ++i) fc16[i] = vwt::bf16(fc.data[i]);
+                            for (std::size_t i = 0; i < proj16.size(); ++i) proj16[i] = vwt::bf16(proj.data[i]);
+                            const bool rounded = precision == product_precision::automatic && m > H::gemv_rows;
+                            // u and g in double, with the sums of |terms| that bound their float error
+                            std::vector<double> act(static_cast<std::size_t>(m * inter)), slack(act.size());
+                            for (vwt::index_t r = 0; r < m; ++r)
+                                for (vwt::index_t j = 0; j < inter; ++j) {
+                                    double u = 0, g = 0, u_size = 0, g_size = 0;
+                                    for (vwt::index_t c = 0; c < w; ++c) {
+                                        const double xv = rounded ? nearest_bf16(static_cast<float>(x.at(r, c))) : x.at(r, c);
+                                        const double wu = nearest_bf16(static_cast<float>(fc.at(split ? j : 2 * j, c)));
+                                        const double wg = nearest_bf16(static_cast<float>(fc.at(split ? inter + j : 2 * j + 1, c)));
+                                        u += xv * wu, g += xv * wg, u_size += std::abs(xv * wu), g_size += std::abs(xv * wg);
+                                    }
+                                    const double silu = g / (1 + std::exp(-g)), a = u * silu;
+                                    const auto i = static_cast<std::size_t>(r * inter + j);
+                                    act[i] = rounded ? nearest_bf16(static_cast<float>(a)) : a;
+                                    slack[i] = 1e-5 * (u_size * std::abs(silu) + 1.1 * g_size * std::abs(u)) + 1e-6 * std::abs(a);
+                                }
+                            const auto weight = [&](vwt::index_t j, vwt::index_t c) { return nearest_bf16(static_cast<float>(proj.at(c, j))); };
+                            const auto want = brute_force(
+                                m, out, inter, [&](vwt::index_t r, vwt::index_t j) { return act[static_cast<std::size_t>(r * inter + j)]; },
+                                weight, alpha, beta, y);
+                            std::vector<float> fused(static_cast<std::size_t>(m * 2 * inter)), scratch(static_cast<std::size_t>(m * inter));
+                            H::swiglu_mlp({threads, precision}, x.view().as_const(), vwt::host_matrix<const vwt::bf16>{fc16.data(), 2 * inter, w, fc.stride},
+                                          vwt::host_matrix<float>{fused.data(), m, 2 * inter, 2 * inter},
+                                          vwt::host_matrix<float>{scratch.data(), m, inter, inter}, inter, layout,
+                                          vwt::host_matrix<const vwt::bf16>{proj16.data(), out, inter, proj.stride}, y.view(), alpha, beta);
+                            // an activation next to a bf16 rounding boundary may land one step away
+                            for (vwt::index_t r = 0; r < m; ++r)
+                                for (vwt::index_t c = 0; c < out; ++c) {
+                                    double largest = 0, carried = 0;
+                                    for (vwt::index_t j = 0; j < inter; ++j) {
+                                        const auto i = static_cast<std::size_t>(r * inter + j);
+                                        largest = std::max(largest, std::abs(act[i] * weight(j, c)));
+                                        carried += slack[i] * std::abs(weight(j, c));
+                                    }
+                                    const auto i = static_cast<std::size_t>(r * out + c);
+                                    INFO("row " << r << " col " << c);
+                                    REQUIRE(std::abs(y.at(r, c) - want.value[i]) <=
+                                            1e-5 * want.magnitude[i] + alpha * carried + (rounded ? 0.008 * alpha * largest : 0) + 1e-6);
+                                }
+                        }
+}
+
 TEST_CASE("bf16 products need float compute") {
     using D = vwt::cpu::backend<double>;
     std::vector<double> x(8 * 4, 1.0), w(3 * 4, 1.0), y(8 * 3);

@@ -51,6 +51,9 @@ struct swiglu_mlp {
         const index_t rows = normed.rows();
         const auto fused = keep ? keep->fused : s.fused.as_matrix(rows, 2 * inter());
         const auto act = s.act.as_matrix(rows, inter());
+        if constexpr (requires { B::swiglu_mlp(ctx, normed, weights.c_fc, fused, act, inter(), layout, weights.c_proj, layer, residual, T(1)); })
+            if (!keep)  // a policy's whole MLP (it leaves no c_fc output to keep)
+                return B::swiglu_mlp(ctx, normed, weights.c_fc, fused, act, inter(), layout, weights.c_proj, layer, residual, T(1));
         B::matmul_nt(ctx, normed, weights.c_fc, fused);
         if constexpr (requires { B::swiglu_matmul_nt(ctx, fused.as_const(), act, inter(), layout, weights.c_proj, layer, residual, T(1)); }) {
             B::swiglu_matmul_nt(ctx, fused.as_const(), act, inter(), layout, weights.c_proj, layer, residual, T(1));  // a policy's fused pair

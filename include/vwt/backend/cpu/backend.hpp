@@ -708,6 +708,44 @@ struct backend {
         swiglu(ctx, fused, act, inter, layout);
         matmul_nt(ctx, act.as_const(), w, y, alpha, beta);
     }
+    // The whole SwiGLU MLP: y = alpha * swiglu(x . c_fc^T) . c_proj^T + beta * y, with `fused`
+    // ([rows x 2 inter]) and `act` ([rows x inter]) as scratch (an optional op: the MLP layer calls it
+    // where the policy has it and nothing needs c_fc's output afterwards). With bf16 weights and bf16
+    // products through oneDNN, SwiGLU runs inside the products (onednn::swiglu_products_bf16): the
+    // gate's product stores silu of its sums, the up product multiplies its sums by them and stores
+    // bf16, the operand of c_proj; x is rounded to bf16 once for both. Else matmul_nt, then
+    // swiglu_matmul_nt. The numbers are those of rounding the float SwiGLU output, up to the
+    // exponential's last bit.
+    static void swiglu_mlp(const context& ctx, mat<const T> x, mat<const Weight> c_fc, mat<T> fused, mat<T> act, index_t inter,
+                           swiglu_layout layout, mat<const Weight> c_proj, mat<T> y, T alpha = T(1), T beta = T(0)) {
+#if defined(VWT_WITH_ONEDNN)
+        if constexpr (std::is_same_v<T, float> && std::is_same_v<Weight, bf16>) {
+            const index_t rows = x.rows(), w = x.cols();
+            if (bf16_products(ctx, rows) && ctx.shapes == product_shapes::fixed && fused.stride() == 2 * inter && act.stride() == inter &&
+                w <= inter) {
+                check_product(rows, w, c_fc.rows(), c_fc.cols(), fused, "swiglu_mlp c_fc", false);
+                check_size(2 * inter, c_fc.rows(), "swiglu_mlp c_fc rows");
+                check_size(rows, act.rows(), "swiglu_mlp act rows");
+                check_product(rows, inter, c_proj.rows(), c_proj.cols(), y, "swiglu_mlp c_proj", true);
+                // fused's first half receives silu of the gate, its second half holds x in bf16
+                float* silu_g = fused.data();
+                bf16* x16 = reinterpret_cast<bf16*>(fused.data() + rows * inter);
+                bf16* act16 = reinterpret_cast<bf16*>(act.data());  // rows x inter bf16 fill the first half of act
+                parallel_for(ctx.threads, rows, [&](index_t r) { kernels::round_to_bf16(x.row(r), w, x16 + r * w); });
+                const bool split = layout == swiglu_layout::split;
+                const bf16* u = c_fc.data();
+                const bf16* g = split ? c_fc.row(inter) : c_fc.data() + c_fc.stride();
+                const index_t ldw = split ? c_fc.stride() : 2 * c_fc.stride();
+                if (onednn::swiglu_products_bf16(*ctx.cache, ctx.threads, rows, inter, w, x16, w, u, g, ldw, silu_g, act16) &&
+                    onednn::gemm_bf16(*ctx.cache, ctx.threads, 'N', 'T', rows, c_proj.rows(), inter, alpha, act16, inter, c_proj.data(),
+                                      c_proj.stride(), beta, y.data(), y.stride(), ctx.shapes))
+                    return;
+            }
+        }
+#endif
+        matmul_nt(ctx, x, c_fc, fused);
+        swiglu_matmul_nt(ctx, fused.as_const(), act, inter, layout, c_proj, y, alpha, beta);
+    }
     static void swiglu_backward(const context& ctx, mat<const T> fused, mat<const T> d_out, mat<T> d_fused, index_t inter,
                                 swiglu_layout layout) {
         using array = Eigen::Array<T, Eigen::Dynamic, 1>;
@@ -1048,8 +1086,8 @@ private:
         return tile * n_ctx + (widen ? 2 * n_ctx * d : 0);
     }
 
-    // Prefill attention through the SIMD kernels (attention_kernels.hpp): each thread takes heads
-    // round-robin, lays out its head's keys and values once, and runs the query rows in blocks of
+    // Prefill attention through the SIMD kernels (attention_kernels.hpp): each thread takes its
+    // block of heads (heads_of_thread), lays out a head's keys and values once, and runs the query rows in blocks of
     // kernels::attention_block_rows: scores, an exact softmax over the keys each row sees, the
     // weighted sum of values, normalised as it is stored.
     static constexpr bool simd_prefill_attention = kernels::simd_attention && std::is_same_v<T, float>;
@@ -1110,7 +1148,7 @@ private:
     static index_t amx_thread_scratch(index_t n_ctx, index_t d) {
         return kernels::amx::head_layout{n_ctx, d}.scratch_bytes() / index_t(sizeof(T));
     }
-    // Prefill attention on AMX tiles: each thread takes heads round-robin, packs its head's keys
+    // Prefill attention on AMX tiles: each thread takes its block of heads (heads_of_thread), packs a head's keys
     // and values into the tiles' layouts once per KV group, and runs its query rows in blocks of 16.
     template <index_t D, class E>
     static void attention_amx(const context& ctx, mat<const T> q, mat<const E> keys, mat<const E> values, mat<T> out,

@@ -44,7 +44,7 @@ enum class product_shapes {
 // entries are type-erased, so this type is the same whether or not the build has oneDNN.
 class product_cache {
 public:
-    using key = std::array<std::int64_t, 9>;  // transposes, m, n, k, lda, ldb, alpha, beta (y is dense)
+    using key = std::array<std::int64_t, 10>;  // transposes, m, n, k, lda, ldb, alpha, beta, epilogue (y is dense)
 
     // The entry stored under k, or nullptr; `make()` creates it on the first call (an entry may be
     // nullptr itself, which records that the shape has no primitive on this CPU).

@@ -9,6 +9,7 @@
 #include <array>
 #include <bit>
 #include <type_traits>
+#include <unordered_map>
 
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -88,16 +89,26 @@ const bf16* as_bf16(int threads, const E* p, index_t rows, index_t cols, index_t
 }
 }  // namespace detail
 
+// What a bf16 product does with its float sums s before they reach y (oneDNN post-ops, applied as
+// each tile of y is stored).
+enum class epilogue {
+    none,   // y = alpha s + beta y, float
+    silu,   // y = s / (1 + e^-s), float (alpha 1, beta 0)
+    times,  // y = bf16(s * f), f a dense float [m x n] operand; y bf16 (alpha 1, beta 0)
+};
+
 namespace detail {
-// gemm_bf16 with the cache's lock held, into a dense y (leading dimension n).
+// gemm_bf16 with the cache's lock held, into a dense y (leading dimension n): float, or bf16 for
+// epilogue::times, whose other factor is `factor`.
 template <class A, class B>
 bool gemm_bf16_dense(product_cache& cache, int threads, char trans_a, char trans_b, index_t m, index_t n, index_t k, float alpha,
-                     const A* a, index_t lda, const B* b, index_t ldb, float beta, float* y, product_shapes shapes) {
+                     const A* a, index_t lda, const B* b, index_t ldb, float beta, void* y, product_shapes shapes,
+                     epilogue after = epilogue::none, const float* factor = nullptr) {
     const bool varying = shapes == product_shapes::varying_rows;
     constexpr index_t runtime = DNNL_RUNTIME_DIM_VAL;
     const index_t key_m = varying && trans_a == 'N' ? -1 : m, key_k = varying && trans_a == 'T' ? -1 : k;
     const product_cache::key key{trans_a, trans_b, key_m, n, key_k, lda, ldb, std::bit_cast<std::int32_t>(alpha),
-                                 std::bit_cast<std::int32_t>(beta)};
+                                 std::bit_cast<std::int32_t>(beta), static_cast<std::int64_t>(after)};
     // The primitive reads the operands in place: strides say which is transposed. Float operands
     // are rounded into packed copies, which changes their leading dimension, not the key's. (No
     // packed leading dimension is the token count, so a run-time token count keeps them fixed.)
@@ -108,7 +119,8 @@ bool gemm_bf16_dense(product_cache& cache, int threads, char trans_a, char trans
     const auto descs = [&](index_t rows_m, index_t rows_k) {
         return std::array{dnnl::memory::desc({rows_m, rows_k}, dt::bf16, trans_a == 'N' ? dims{ld_a, 1} : dims{1, ld_a}),
                           dnnl::memory::desc({rows_k, n}, dt::bf16, trans_b == 'N' ? dims{ld_b, 1} : dims{1, ld_b}),
-                          dnnl::memory::desc({rows_m, n}, dt::f32, dims{n, 1})};
+                          dnnl::memory::desc({rows_m, n}, after == epilogue::times ? dt::bf16 : dt::f32, dims{n, 1}),
+                          dnnl::memory::desc({rows_m, n}, dt::f32, dims{n, 1})};  // the factor of epilogue::times
     };
     const auto actual = descs(m, k);
     const auto& a_desc = actual[0];
@@ -119,12 +131,12 @@ bool gemm_bf16_dense(product_cache& cache, int threads, char trans_a, char trans
     const auto primitive = std::static_pointer_cast<dnnl::matmul>(cache.find_or_make(key, [&]() -> std::shared_ptr<void> {
         dnnl::primitive_attr attr;
         if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-        if (beta != 0.0f) {
-            dnnl::post_ops ops;
-            ops.append_sum(beta);
-            attr.set_post_ops(ops);
-        }
         const auto made = descs(key_m < 0 ? runtime : m, key_k < 0 ? runtime : k);
+        dnnl::post_ops ops;
+        if (beta != 0.0f) ops.append_sum(beta);
+        if (after == epilogue::silu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_swish, 1.0f, 0.0f);
+        if (after == epilogue::times) ops.append_binary(dnnl::algorithm::binary_mul, made[3]);
+        attr.set_post_ops(ops);
         try {
             return std::make_shared<dnnl::matmul>(dnnl::matmul::primitive_desc(dnnl::matmul::desc(made[0], made[1], made[2]), attr, engine));
         } catch (const dnnl::error& e) {
@@ -138,10 +150,13 @@ bool gemm_bf16_dense(product_cache& cache, int threads, char trans_a, char trans
     const bf16* b16 = detail::as_bf16(threads, b, trans_b == 'N' ? k : n, trans_b == 'N' ? n : k, lb, cache.operand(1));
     // oneDNN's C++ API takes non-const handles; the primitive only reads its source and weights.
     dnnl::memory a_mem(a_desc, engine, const_cast<bf16*>(a16)), b_mem(b_desc, engine, const_cast<bf16*>(b16)), y_mem(y_desc, engine, y);
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, y_mem}};
+    if (after == epilogue::times)
+        args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, dnnl::memory(actual[3], engine, const_cast<float*>(factor)));
     detail::with_threads(threads, [&] {
         dnnl::stream stream(engine);
         try {
-            primitive->execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, y_mem}});
+            primitive->execute(stream, args);
             stream.wait();
         } catch (const dnnl::error& e) {
             vwt::detail::fail("oneDNN bf16 matmul of [", m, " x ", k, "] by [", k, " x ", n, "] failed: ", e.what());
@@ -185,6 +200,23 @@ bool gemm_bf16(product_cache& cache, int threads, char trans_a, char trans_b, in
             for (index_t c = 0; c < n; ++c) row[c] = alpha * t[c] + beta * row[c];
     }
     return true;
+}
+
+// The first layer of a SwiGLU MLP on bf16 operands, with SwiGLU applied by the products as they
+// store their sums: silu_g = silu(a . g^T) (float, [m x n] dense), then act = bf16((a . u^T) *
+// silu_g) ([m x n] dense). a: [m x k] (row stride lda); u, g: [n x k] (row stride ldw). One product
+// of n columns writes float, the other reads it back: half the memory traffic of writing both
+// halves' float sums and running SwiGLU over them. Returns false where oneDNN has no such matmul
+// on this CPU; silu_g and act are then unspecified and the caller computes act another way.
+inline bool swiglu_products_bf16(product_cache& cache, int threads, index_t m, index_t n, index_t k, const bf16* a, index_t lda,
+                                 const bf16* u, const bf16* g, index_t ldw, float* silu_g, bf16* act) {
+    if (m == 0 || n == 0) return true;
+    if (k == 0) return false;  // nothing to multiply: the caller's way
+    const std::scoped_lock lock(cache.mutex());
+    return detail::gemm_bf16_dense(cache, threads, 'N', 'T', m, n, k, 1.0f, a, lda, g, ldw, 0.0f, silu_g, product_shapes::fixed,
+                                   epilogue::silu) &&
+           detail::gemm_bf16_dense(cache, threads, 'N', 'T', m, n, k, 1.0f, a, lda, u, ldw, 0.0f, act, product_shapes::fixed,
+                                   epilogue::times, silu_g);
 }
 
 }  // namespace vwt::cpu::onednn
