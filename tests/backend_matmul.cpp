@@ -333,6 +333,8 @@ TEST_CASE("swiglu_matmul_nt equals SwiGLU in double, then a brute-force product 
 TEST_CASE("swiglu_mlp equals brute-force products around SwiGLU in double (operands rounded to bf16 where its products are)") {
     using H = vwt::cpu::backend<float, vwt::bf16>;
     using vwt::cpu::product_precision;
+    STATIC_REQUIRE(vwt::runs_swiglu_mlp<H>);  // the MLP layer's test for it: every CPU policy has it
+    STATIC_REQUIRE(vwt::runs_swiglu_mlp<B>);
     std::mt19937 rng(23);
     const float alpha = 0.75f, beta = 1.0f;
     const vwt::index_t out = 33;

@@ -19,6 +19,21 @@ struct swiglu_tensors {
     }
 };
 
+// Whether policy B has the optional swiglu_matmul_nt (SwiGLU, then c_proj's product) and
+// swiglu_mlp (the whole MLP: c_fc's product, SwiGLU, c_proj's product).
+template <class B>
+concept fuses_swiglu_matmul = requires(const typename B::context& ctx, matrix_view<const typename B::compute_type, typename B::memory> x,
+                                       matrix_view<typename B::compute_type, typename B::memory> m,
+                                       matrix_view<const typename B::weight_type, typename B::memory> w, swiglu_layout layout) {
+    B::swiglu_matmul_nt(ctx, x, m, index_t{}, layout, w, m, typename B::compute_type(1), typename B::compute_type(1));
+};
+template <class B>
+concept runs_swiglu_mlp = requires(const typename B::context& ctx, matrix_view<const typename B::compute_type, typename B::memory> x,
+                                   matrix_view<typename B::compute_type, typename B::memory> m,
+                                   matrix_view<const typename B::weight_type, typename B::memory> w, swiglu_layout layout) {
+    B::swiglu_mlp(ctx, x, w, m, m, index_t{}, layout, w, m, typename B::compute_type(1), typename B::compute_type(1));
+};
+
 template <class B, layer_width Width>
 struct swiglu_mlp {
     using T = typename B::compute_type;
@@ -51,12 +66,12 @@ struct swiglu_mlp {
         const index_t rows = normed.rows();
         const auto fused = keep ? keep->fused : s.fused.as_matrix(rows, 2 * inter());
         const auto act = s.act.as_matrix(rows, inter());
-        if constexpr (requires { B::swiglu_mlp(ctx, normed, weights.c_fc, fused, act, inter(), layout, weights.c_proj, layer, residual, T(1)); })
-            if (!keep)  // a policy's whole MLP (it leaves no c_fc output to keep)
+        if constexpr (runs_swiglu_mlp<B>)
+            if (!keep)  // the policy's whole MLP (it leaves no c_fc output to keep)
                 return B::swiglu_mlp(ctx, normed, weights.c_fc, fused, act, inter(), layout, weights.c_proj, layer, residual, T(1));
         B::matmul_nt(ctx, normed, weights.c_fc, fused);
-        if constexpr (requires { B::swiglu_matmul_nt(ctx, fused.as_const(), act, inter(), layout, weights.c_proj, layer, residual, T(1)); }) {
-            B::swiglu_matmul_nt(ctx, fused.as_const(), act, inter(), layout, weights.c_proj, layer, residual, T(1));  // a policy's fused pair
+        if constexpr (fuses_swiglu_matmul<B>) {
+            B::swiglu_matmul_nt(ctx, fused.as_const(), act, inter(), layout, weights.c_proj, layer, residual, T(1));
         } else {
             B::swiglu(ctx, fused, act, inter(), layout);
             B::matmul_nt(ctx, act, weights.c_proj, layer, residual, T(1));

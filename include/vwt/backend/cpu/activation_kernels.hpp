@@ -53,7 +53,7 @@ inline __m512 swiglu16(__m512 u, __m512 g) {
 // stays a quiet NaN): by vcvtneps2bf16 where `native` (which also flushes denormal floats to zero),
 // else by integer steps.
 template <bool native>
-__attribute__((target("avx512bf16"))) inline void store16(float* out, __m512 v) {
+inline void store16(float* out, __m512 v) {  // (native: only the bf16 store's)
     _mm512_storeu_ps(out, v);
 }
 template <bool native>

@@ -662,13 +662,7 @@ struct backend {
     // ---- SwiGLU: out[:, j] = u[:, j] * silu(g[:, j]); split: u is the first `inter` columns of
     // fused, g the next `inter`; interleaved: u_j and g_j are columns 2j and 2j + 1.
     static void swiglu(const context& ctx, mat<const T> fused, mat<T> out, index_t inter, swiglu_layout layout) {
-        if constexpr (std::is_same_v<T, float>) {
-            const bool split = layout == swiglu_layout::split;
-            parallel_for(ctx.threads, fused.rows(), [&](index_t r) {
-                kernels::swiglu(fused.row(r), fused.row(r) + (split ? inter : 1), split ? 1 : 2, inter, out.row(r));
-            });
-            return;
-        }
+        if constexpr (std::is_same_v<T, float>) return swiglu_rows(ctx, fused, inter, layout, out.data(), out.stride());
         using array = Eigen::Array<T, Eigen::Dynamic, 1>;
         using strided = Eigen::Map<const array, Eigen::Unaligned, Eigen::InnerStride<2>>;
         parallel_for(ctx.threads, fused.rows(), [&](index_t r) {
@@ -680,6 +674,15 @@ struct backend {
                 const Eigen::Map<const array> u(fused.row(r), inter), g(fused.row(r) + inter, inter);
                 o = u * g / (T(1) + (-g).exp());
             }
+        });
+    }
+    // SwiGLU of each row of fused into row r of out at out + r * ld (float or bf16), the rows over
+    // the threads.
+    template <class Out>
+    static void swiglu_rows(const context& ctx, mat<const T> fused, index_t inter, swiglu_layout layout, Out* out, index_t ld) {
+        const bool split = layout == swiglu_layout::split;
+        parallel_for(ctx.threads, fused.rows(), [&](index_t r) {
+            kernels::swiglu(fused.row(r), fused.row(r) + (split ? inter : 1), split ? 1 : 2, inter, out + r * ld);
         });
     }
     // y = alpha * swiglu(fused) . w^T + beta * y: swiglu, then matmul_nt, with `act` ([rows x
@@ -695,10 +698,7 @@ struct backend {
             if (bf16_products(ctx, fused.rows()) && act.stride() == inter) {
                 check_product(act.rows(), inter, w.rows(), w.cols() * per_item, y, "swiglu_matmul_nt", true);
                 bf16* operand = reinterpret_cast<bf16*>(act.data());  // rows x inter bf16 fill the first half of act
-                const bool split = layout == swiglu_layout::split;
-                parallel_for(ctx.threads, fused.rows(), [&](index_t r) {
-                    kernels::swiglu(fused.row(r), fused.row(r) + (split ? inter : 1), split ? 1 : 2, inter, operand + r * inter);
-                });
+                swiglu_rows(ctx, fused, inter, layout, operand, inter);
                 if (onednn::gemm_bf16(*ctx.cache, ctx.threads, 'N', 'T', act.rows(), w.rows(), inter, alpha, operand, inter, w.data(),
                                       w.stride(), beta, y.data(), y.stride(), ctx.shapes))
                     return;
