@@ -225,7 +225,12 @@ huge_page_array<T> make_huge_page_array(std::size_t n, T value) {
     std::fill(p, p + n, value);
     return huge_page_array<T>(p);
 }
-// Operands of each shape, carved from one huge-page array per operand: a [m x k], b [n x k], c [m x n].
+// Operands of a sequence of products: each product's own weights b [n x k] (a model's layers each
+// have theirs), and one activation a [m x k] and one output c [m x n] that every product reuses,
+// as a model reuses its scratch, so that they stay in cache as a model's activations do. (Until
+// 2026-12-06 every product had its own a and c too: writing ~130 MB of fresh outputs per prefill
+// went to memory, which slowed the baseline by ~30% and flattered vwt's share of its rate.) All of
+// them on huge pages, every weight matrix on a cache line.
 template <class In, class Out>
 struct gemm_operands {
     huge_page_array<In> a_all, b_all;
@@ -233,14 +238,14 @@ struct gemm_operands {
     std::vector<In*> a, b;
     std::vector<Out*> c;
     gemm_operands(const std::vector<gemm_shape>& shapes, In a_value, In b_value) {
-        // each operand's offset in its array, every operand on a cache line
-        std::vector<std::size_t> at_a, at_b, at_c;
+        std::vector<std::size_t> at_b;
         std::size_t na = 0, nb = 0, nc = 0;
-        const auto place = [](std::vector<std::size_t>& at, std::size_t& end, std::size_t n) { at.push_back(end), end += (n + 15) / 16 * 16; };
-        for (const auto& sh : shapes)
-            place(at_a, na, std::size_t(sh.m) * sh.k), place(at_b, nb, std::size_t(sh.n) * sh.k), place(at_c, nc, std::size_t(sh.m) * sh.n);
+        for (const auto& sh : shapes) {
+            at_b.push_back(nb), nb += (std::size_t(sh.n) * sh.k + 15) / 16 * 16;
+            na = std::max(na, std::size_t(sh.m) * sh.k), nc = std::max(nc, std::size_t(sh.m) * sh.n);
+        }
         a_all = make_huge_page_array(na, a_value), b_all = make_huge_page_array(nb, b_value), c_all = make_huge_page_array(nc, Out{});
-        for (std::size_t i = 0; i < shapes.size(); ++i) a.push_back(a_all.get() + at_a[i]), b.push_back(b_all.get() + at_b[i]), c.push_back(c_all.get() + at_c[i]);
+        for (std::size_t i = 0; i < shapes.size(); ++i) a.push_back(a_all.get()), b.push_back(b_all.get() + at_b[i]), c.push_back(c_all.get());
     }
 };
 
