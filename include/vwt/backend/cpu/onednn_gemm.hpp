@@ -61,7 +61,7 @@ namespace detail {
 // is bf16, else rounded into `copy` (packed, leading dimension cols) on `threads` threads; q8
 // blocks are dequantized to float first, then rounded.
 template <class E>
-const bf16* as_bf16(int threads, const E* p, index_t rows, index_t cols, index_t& ld, std::vector<bf16>& copy) {
+const bf16* as_bf16(int threads, const E* p, index_t rows, index_t cols, index_t& ld, product_cache::buffer<bf16>& copy) {
     if constexpr (std::is_same_v<E, bf16>) {
         return p;
     } else {
