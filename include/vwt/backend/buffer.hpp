@@ -108,4 +108,21 @@ struct aligned_host_allocator {
     }
 };
 
+// A standard-library allocator (std::vector's) over one of the allocators above, for host scratch
+// that grows as it is used: std_allocator<float> puts a vector's elements on a cache line (or, from
+// 4 MiB, on huge pages) like the policy's own buffers.
+template <class T, class Allocator = aligned_host_allocator>
+struct std_allocator {
+    using value_type = T;
+    std_allocator() = default;
+    template <class U>
+    std_allocator(const std_allocator<U, Allocator>&) noexcept {}
+    T* allocate(std::size_t n) { return Allocator::template allocate<T>(static_cast<index_t>(n)); }
+    void deallocate(T* p, std::size_t n) noexcept { Allocator::template deallocate<T>(p, static_cast<index_t>(n)); }
+    template <class U>
+    bool operator==(const std_allocator<U, Allocator>&) const noexcept {
+        return true;
+    }
+};
+
 }  // namespace vwt

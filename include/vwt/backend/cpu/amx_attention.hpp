@@ -361,7 +361,8 @@ inline __m512 exp2_to_bf16_precision(__m512 t) {
 // A block's causal softmax from float scores to bf16 weights: row r < rows (scores and weights
 // `ld` apart) sees seen0 + r keys, w[r][j] = bf16(e^(s[r][j] - max of s[r][0, seen0 + r))) for
 // the keys it sees (vcvtneps2bf16: nearest, ties to even) and 0 up to `width` (a multiple of 16);
-// sums[r] = the sum of its exponentials. Each phase runs over all rows before the next, so that the
+// sums[r] = the sum of its exponentials. The weights' rows from `rows` to 16 (a tile's rows past
+// the last query) are 0 up to `width`. Each phase runs over all rows before the next, so that the
 // rows' horizontal reductions, a chain of dependent steps each, overlap (row by row they were the
 // critical path: 17% slower on 16 rows of up to 256 keys).
 __attribute__((target("avx512bf16"))) inline void softmax_block_bf16(const float* s, index_t ld, index_t rows, index_t seen0, index_t width,
@@ -406,6 +407,8 @@ __attribute__((target("avx512bf16"))) inline void softmax_block_bf16(const float
         for (; j < width; j += 16) _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j), _mm256_setzero_si256());
         partial[r] = sum;
     }
+    for (index_t r = rows; r < 16; ++r)
+        for (index_t j = 0; j < width; j += 16) _mm256_storeu_si256(reinterpret_cast<__m256i*>(w + r * ld + j), _mm256_setzero_si256());
     for (index_t r = 0; r < rows; ++r) sums[r] = _mm512_reduce_add_ps(partial[r]);
 }
 
@@ -430,7 +433,6 @@ __attribute__((target("amx-tile,amx-bf16,avx512bf16"))) inline void attend_head(
         const index_t chunks = (visible + 31) / 32;
         float sums[16];
         softmax_block_bf16(s.scores, keys, block, past + r0 + 1, chunks * 32, s.weights, sums);
-        for (index_t r = block; r < 16; ++r) std::fill(s.weights + r * keys, s.weights + r * keys + chunks * 32, bf16());
         value_tiles(s.weights, s.values, l, chunks, s.outputs);
         for (index_t r = 0; r < block; ++r) {
             const float inverse = 1.0f / sums[r];

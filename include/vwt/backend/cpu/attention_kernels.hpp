@@ -67,12 +67,9 @@ inline void pad_values(const E* values, index_t stride, attention_head_layout l,
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 namespace detail {
-// What softmax_row needs beyond weight_kernels' vector ops: max, a mask of the first n lanes, and
-// 2^n scaling.
+// What softmax_row needs beyond weight_kernels' vector ops: max, selection by a lane mask, and 2^n
+// scaling.
 #if defined(__AVX512F__)
-using vmask = __mmask16;
-// (none for n <= 0, all for n >= 16)
-inline vmask first_lanes(index_t n) { return n >= 16 ? vmask(0xffff) : n <= 0 ? vmask(0) : static_cast<vmask>((1u << n) - 1u); }
 inline vfloat vselect(vmask m, vfloat where_set, vfloat elsewhere) { return _mm512_mask_blend_ps(m, elsewhere, where_set); }
 inline vfloat vmax(vfloat a, vfloat b) { return _mm512_max_ps(a, b); }
 inline float vmax_of(vfloat a) { return _mm512_reduce_max_ps(a); }
@@ -80,10 +77,6 @@ inline vfloat vsub(vfloat a, vfloat b) { return _mm512_sub_ps(a, b); }
 inline vfloat vround(vfloat x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 inline vfloat vtimes_pow2(vfloat x, vfloat n) { return _mm512_scalef_ps(x, n); }
 #else
-using vmask = __m256;
-inline vmask first_lanes(index_t n) {
-    return _mm256_cmp_ps(_mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_ps(static_cast<float>(n)), _CMP_LT_OQ);
-}
 inline vfloat vselect(vmask m, vfloat where_set, vfloat elsewhere) { return _mm256_blendv_ps(elsewhere, where_set, m); }
 inline vfloat vmax(vfloat a, vfloat b) { return _mm256_max_ps(a, b); }
 inline float vmax_of(vfloat a) {

@@ -721,23 +721,18 @@ struct backend {
 #if defined(VWT_WITH_ONEDNN)
         if constexpr (std::is_same_v<T, float> && std::is_same_v<Weight, bf16>) {
             const index_t rows = x.rows(), w = x.cols();
-            // x in bf16 after the gate's output, on a cache line of fused's second half
-            const index_t x16_at = (rows * inter + 15) / 16 * 16;
-            if (bf16_products(ctx, rows) && ctx.shapes == product_shapes::fixed && fused.stride() == 2 * inter && act.stride() == inter &&
-                x16_at + (rows * w + 1) / 2 <= 2 * rows * inter) {
+            if (bf16_products(ctx, rows) && ctx.shapes == product_shapes::fixed && fused.stride() == 2 * inter && act.stride() == inter) {
                 check_product(rows, w, c_fc.rows(), c_fc.cols(), fused, "swiglu_mlp c_fc", false);
                 check_size(2 * inter, c_fc.rows(), "swiglu_mlp c_fc rows");
                 check_size(rows, act.rows(), "swiglu_mlp act rows");
                 check_product(rows, inter, c_proj.rows(), c_proj.cols(), y, "swiglu_mlp c_proj", true);
                 float* silu_g = fused.data();  // the first rows x inter floats
-                bf16* x16 = reinterpret_cast<bf16*>(fused.data() + x16_at);
                 bf16* act16 = reinterpret_cast<bf16*>(act.data());  // rows x inter bf16 fill the first half of act
-                parallel_for(ctx.threads, rows, [&](index_t r) { kernels::round_to_bf16(x.row(r), w, x16 + r * w); });
                 const bool split = layout == swiglu_layout::split;
                 const bf16* u = c_fc.data();
                 const bf16* g = split ? c_fc.row(inter) : c_fc.data() + c_fc.stride();
                 const index_t ldw = split ? c_fc.stride() : 2 * c_fc.stride();
-                if (onednn::swiglu_products_bf16(*ctx.cache, ctx.threads, rows, inter, w, x16, w, u, g, ldw, silu_g, act16) &&
+                if (onednn::swiglu_products_bf16(*ctx.cache, ctx.threads, rows, inter, w, x.data(), x.stride(), u, g, ldw, silu_g, act16) &&
                     onednn::gemm_bf16(*ctx.cache, ctx.threads, 'N', 'T', rows, c_proj.rows(), inter, alpha, act16, inter, c_proj.data(),
                                       c_proj.stride(), beta, y.data(), y.stride(), ctx.shapes))
                     return;

@@ -6,11 +6,11 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <new>
 #include <utility>
 #include <vector>
 
 #include "../../tensor/bf16.hpp"
+#include "../buffer.hpp"
 
 namespace vwt::cpu {
 
@@ -39,26 +39,6 @@ enum class product_shapes {
     varying_rows,
 };
 
-// std::vector's allocator for the buffers below: 64-byte boundaries, so that the rows of a bf16
-// copy start on a cache line where the row length allows. From the default allocator, a large
-// copy started 16 bytes past a page boundary and every 64-byte row of an AMX tile load touched two
-// lines: the products of a dense_200m ><former prefill on float activations, run back to back
-// through onednn::gemm_bf16, took 45.5-45.7 ms against 40.7-40.8 ms from aligned copies.
-template <class T>
-struct cache_line_allocator {
-    using value_type = T;
-    static constexpr std::align_val_t alignment{64};
-    cache_line_allocator() = default;
-    template <class U>
-    cache_line_allocator(const cache_line_allocator<U>&) noexcept {}
-    T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), alignment)); }
-    void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, alignment); }
-    template <class U>
-    bool operator==(const cache_line_allocator<U>&) const noexcept {
-        return true;
-    }
-};
-
 // The oneDNN primitives that bf16 products create, one per shape, the bf16 copies of their float
 // operands and a dense output buffer, kept between calls. Copies of a context share one cache; a product holds its
 // lock while it runs, so threads that share a context run their bf16 products one at a time. The
@@ -77,8 +57,13 @@ public:
         return entries_.back().second;
     }
     std::shared_ptr<void>& engine() { return engine_; }
+    // Rows of a bf16 copy start on a cache line where the row length allows. From the default
+    // allocator, a large copy started 16 bytes past a page boundary and every 64-byte row of an AMX
+    // tile load touched two lines: the products of a dense_200m ><former prefill on float
+    // activations, run back to back through onednn::gemm_bf16, took 45.5-45.7 ms against 40.7-40.8
+    // ms from aligned copies.
     template <class T>
-    using buffer = std::vector<T, cache_line_allocator<T>>;
+    using buffer = std::vector<T, std_allocator<T>>;
     buffer<bf16>& operand(int i) { return operands_[i]; }
     buffer<float>& dense_output() { return dense_output_; }  // a product's output before it is added into a strided one
     std::mutex& mutex() { return mutex_; }

@@ -204,18 +204,21 @@ bool gemm_bf16(product_cache& cache, int threads, char trans_a, char trans_b, in
 
 // The first layer of a SwiGLU MLP on bf16 operands, with SwiGLU applied by the products as they
 // store their sums: silu_g = silu(a . g^T) (float, [m x n] dense), then act = bf16((a . u^T) *
-// silu_g) ([m x n] dense). a: [m x k] (row stride lda); u, g: [n x k] (row stride ldw). One product
-// of n columns writes float, the other reads it back: half the memory traffic of writing both
-// halves' float sums and running SwiGLU over them. Returns false where oneDNN has no such matmul
-// on this CPU; silu_g and act are then unspecified and the caller computes act another way.
-inline bool swiglu_products_bf16(product_cache& cache, int threads, index_t m, index_t n, index_t k, const bf16* a, index_t lda,
-                                 const bf16* u, const bf16* g, index_t ldw, float* silu_g, bf16* act) {
+// silu_g) ([m x n] dense). a: [m x k] (row stride lda), float (rounded to bf16 once, for both
+// products) or bf16; u, g: [n x k] (row stride ldw). One product of n columns writes float, the
+// other reads it back: half the memory traffic of writing both halves' float sums and running
+// SwiGLU over them. Returns false where oneDNN has no such matmul on this CPU; silu_g and act are
+// then unspecified and the caller computes act another way.
+template <class A>
+bool swiglu_products_bf16(product_cache& cache, int threads, index_t m, index_t n, index_t k, const A* a, index_t lda,
+                          const bf16* u, const bf16* g, index_t ldw, float* silu_g, bf16* act) {
     if (m == 0 || n == 0) return true;
     if (k == 0) return false;  // nothing to multiply: the caller's way
     const std::scoped_lock lock(cache.mutex());
-    return detail::gemm_bf16_dense(cache, threads, 'N', 'T', m, n, k, 1.0f, a, lda, g, ldw, 0.0f, silu_g, product_shapes::fixed,
+    const bf16* a16 = detail::as_bf16(threads, a, m, k, lda, cache.operand(0));
+    return detail::gemm_bf16_dense(cache, threads, 'N', 'T', m, n, k, 1.0f, a16, lda, g, ldw, 0.0f, silu_g, product_shapes::fixed,
                                    epilogue::silu) &&
-           detail::gemm_bf16_dense(cache, threads, 'N', 'T', m, n, k, 1.0f, a, lda, u, ldw, 0.0f, act, product_shapes::fixed,
+           detail::gemm_bf16_dense(cache, threads, 'N', 'T', m, n, k, 1.0f, a16, lda, u, ldw, 0.0f, act, product_shapes::fixed,
                                    epilogue::times, silu_g);
 }
 

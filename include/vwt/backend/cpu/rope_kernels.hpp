@@ -4,11 +4,7 @@
 // multiply-adds and two masked stores, where the compiler's loop ran mostly its scalar tail.
 #pragma once
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
-
-#include "../../tensor/view.hpp"
+#include "weight_kernels.hpp"
 
 namespace vwt::cpu::kernels {
 
@@ -17,7 +13,7 @@ inline void rotate_half(const float* from, float* to, index_t n, index_t half, c
     index_t j = 0;
 #if defined(__AVX512F__)
     for (; j < n; j += 16) {
-        const __mmask16 m = n - j >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << (n - j)) - 1u);
+        const __mmask16 m = detail::first_lanes(n - j);
         const __m512 a = _mm512_maskz_loadu_ps(m, from + j), b = _mm512_maskz_loadu_ps(m, from + j + half);
         const __m512 cj = _mm512_maskz_loadu_ps(m, c + j), sj = _mm512_maskz_loadu_ps(m, s + j);
         _mm512_mask_storeu_ps(to + j, m, _mm512_fmsub_ps(a, cj, _mm512_mul_ps(b, sj)));

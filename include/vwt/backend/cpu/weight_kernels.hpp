@@ -74,6 +74,9 @@ inline vfloat vmul(vfloat a, vfloat b) { return _mm512_mul_ps(a, b); }
 inline vfloat vbroadcast(float x) { return _mm512_set1_ps(x); }
 inline void vstore(float* p, vfloat v) { _mm512_storeu_ps(p, v); }
 inline float vsum(vfloat a) { return _mm512_reduce_add_ps(a); }
+using vmask = __mmask16;
+// a mask of the first n lanes (none for n <= 0, all for n >= lanes)
+inline vmask first_lanes(index_t n) { return n >= 16 ? vmask(0xffff) : n <= 0 ? vmask(0) : static_cast<vmask>((1u << n) - 1u); }
 #elif defined(__AVX2__) && defined(__FMA__)
 constexpr index_t lanes = 8;
 using vfloat = __m256;
@@ -88,6 +91,10 @@ inline vfloat vmul(vfloat a, vfloat b) { return _mm256_mul_ps(a, b); }
 inline vfloat vbroadcast(float x) { return _mm256_set1_ps(x); }
 inline void vstore(float* p, vfloat v) { _mm256_storeu_ps(p, v); }
 inline float vsum(vfloat a) { return vsum256(a); }
+using vmask = __m256;
+inline vmask first_lanes(index_t n) {
+    return _mm256_cmp_ps(_mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_ps(static_cast<float>(n)), _CMP_LT_OQ);
+}
 #else
 constexpr index_t lanes = 0;
 #endif
