@@ -129,6 +129,41 @@ TEST_CASE("bf16 rounds to the nearest bfloat16, ties to even, and keeps NaN and 
     CHECK(static_cast<float>(vwt::bf16(std::numeric_limits<float>::max())) == std::numeric_limits<float>::infinity());
 }
 
+TEST_CASE("the bf16 products' operand kernels round floats and dequantized q8 weights to the nearest bfloat16") {
+    std::mt19937 rng(5);
+    std::uniform_int_distribution<std::uint32_t> bits;
+    for (const vwt::index_t n : {1, 15, 16, 17, 100, 1024}) {  // whole vectors and tails
+        INFO("n " << n);
+        std::vector<float> x(static_cast<std::size_t>(n));
+        for (auto& v : x) v = std::bit_cast<float>(bits(rng));  // NaNs, infinities and denormals among them
+        x[0] = 1.0f + 0x1p-8f;                                   // ties, to even: down here,
+        x.back() = 1.0f + 3 * 0x1p-8f;                           // up here (in the scalar tail where n % 16 != 0)
+        std::vector<vwt::bf16> got(x.size());
+        vwt::cpu::kernels::round_to_bf16(x.data(), n, got.data());
+        for (std::size_t i = 0; i < x.size(); ++i) {
+            INFO("float bits " << std::bit_cast<std::uint32_t>(x[i]));
+            if (std::isnan(x[i])) REQUIRE(std::isnan(static_cast<float>(got[i])));
+            else REQUIRE(static_cast<double>(static_cast<float>(got[i])) == nearest_bf16(x[i]));
+        }
+    }
+    std::normal_distribution<float> normal;
+    for (const vwt::index_t blocks : {1, 3, 40}) {
+        std::vector<vwt::q8_block> w(static_cast<std::size_t>(blocks));
+        for (auto& b : w) {
+            float part[32];
+            for (auto& v : part) v = normal(rng) * 0.01f;
+            b = vwt::q8_block::quantize(part);
+        }
+        std::vector<vwt::bf16> got(static_cast<std::size_t>(blocks * 32));
+        vwt::cpu::kernels::round_to_bf16(w.data(), blocks * 32, got.data());
+        for (vwt::index_t i = 0; i < blocks * 32; ++i) {
+            const auto& b = w[static_cast<std::size_t>(i / 32)];
+            REQUIRE(static_cast<double>(static_cast<float>(got[static_cast<std::size_t>(i)])) ==
+                    nearest_bf16(b.scale * static_cast<float>(b.q[i % 32])));
+        }
+    }
+}
+
 TEST_CASE("matmul_nt with bf16 weights equals a brute-force sum over the rounded weights") {
     using H = vwt::cpu::backend<float, vwt::bf16>;
     std::mt19937 rng(11);
@@ -330,27 +365,58 @@ TEST_CASE("swiglu_matmul_nt equals SwiGLU in double, then a brute-force product 
                     }
 }
 
-TEST_CASE("swiglu_mlp equals brute-force products around SwiGLU in double (operands rounded to bf16 where its products are)") {
-    using H = vwt::cpu::backend<float, vwt::bf16>;
+// A float matrix stored as W (bf16, or q8 blocks of its rows: cols a multiple of 32), and the value
+// a product multiplies by: the stored weight (a q8 weight dequantized in float, scale * q), rounded
+// to bf16 where the product's operands are.
+template <class W>
+struct stored_weights {
+    vwt::index_t rows, cols, stride;  // stride in stored items
+    std::vector<W> items;
+    explicit stored_weights(const strided& f) : rows(f.rows), cols(f.cols) {
+        if constexpr (std::is_same_v<W, vwt::bf16>) {
+            stride = f.stride;
+            for (const float v : f.data) items.push_back(vwt::bf16(v));
+        } else {
+            stride = f.cols / 32 + 1;  // one spare block per row
+            items.resize(static_cast<std::size_t>(rows * stride));
+            for (vwt::index_t r = 0; r < rows; ++r)
+                for (vwt::index_t b = 0; b < cols / 32; ++b)
+                    items[static_cast<std::size_t>(r * stride + b)] = W::quantize(&f.data[static_cast<std::size_t>(r * f.stride + 32 * b)]);
+        }
+    }
+    double at(vwt::index_t r, vwt::index_t c, bool rounded) const {
+        if constexpr (std::is_same_v<W, vwt::bf16>) {
+            return static_cast<float>(items[static_cast<std::size_t>(r * stride + c)]);
+        } else {
+            const W& b = items[static_cast<std::size_t>(r * stride + c / 32)];
+            const float d = b.scale * static_cast<float>(b.q[c % 32]);
+            return rounded ? nearest_bf16(d) : static_cast<double>(d);
+        }
+    }
+    vwt::host_matrix<const W> view() const { return {items.data(), rows, cols / vwt::elements_per_item<W>, stride}; }
+};
+
+template <class W>
+void check_swiglu_mlp(std::initializer_list<vwt::index_t> inters, std::initializer_list<vwt::index_t> widths) {
+    using H = vwt::cpu::backend<float, W>;
     using vwt::cpu::product_precision;
     STATIC_REQUIRE(vwt::runs_swiglu_mlp<H>);  // the MLP layer's test for it: every CPU policy has it
-    STATIC_REQUIRE(vwt::runs_swiglu_mlp<B>);
     std::mt19937 rng(23);
     const float alpha = 0.75f, beta = 1.0f;
     const vwt::index_t out = 33;
     for (const auto layout : {vwt::swiglu_layout::split, vwt::swiglu_layout::interleaved})
-        for (const vwt::index_t inter : {13, 70})
-            for (const vwt::index_t w : {8, 40})  // 40 with inter 13: no room for x in bf16 beside the gate, the other way
+        for (const vwt::index_t inter : inters)
+            for (const vwt::index_t w : widths)
                 for (const vwt::index_t m : {3, 5, 40})
                     for (const auto precision : {product_precision::automatic, product_precision::f32})
                         for (const int threads : {1, 2}) {
+                            // (q8 decode's products quantize their activations too: matmul_nt's test)
+                            if (std::is_same_v<W, vwt::q8_block> && precision == product_precision::automatic && m <= H::gemv_rows) continue;
                             const bool split = layout == vwt::swiglu_layout::split;
                             INFO("inter " << inter << " w " << w << " m " << m << (split ? " split" : " interleaved") << " f32 products "
                                           << (precision == product_precision::f32) << " threads " << threads);
-                            strided x(m, w, rng), fc(2 * inter, w, rng, 3), proj(out, inter, rng, 2), y(m, out, rng, 7);
-                            std::vector<vwt::bf16> fc16(fc.data.size()), proj16(proj.data.size());
-                            for (std::size_t i = 0; i < fc16.size(); ++i) fc16[i] = vwt::bf16(fc.data[i]);
-                            for (std::size_t i = 0; i < proj16.size(); ++i) proj16[i] = vwt::bf16(proj.data[i]);
+                            strided x(m, w, rng), fc_values(2 * inter, w, rng, 3), proj_values(out, inter, rng, 2), y(m, out, rng, 7);
+                            const stored_weights<W> fc(fc_values), proj(proj_values);
                             const bool rounded = precision == product_precision::automatic && m > H::gemv_rows;
                             // u and g in double, with the sums of |terms| that bound their float error
                             std::vector<double> act(static_cast<std::size_t>(m * inter)), slack(act.size());
@@ -359,8 +425,8 @@ TEST_CASE("swiglu_mlp equals brute-force products around SwiGLU in double (opera
                                     double u = 0, g = 0, u_size = 0, g_size = 0;
                                     for (vwt::index_t c = 0; c < w; ++c) {
                                         const double xv = rounded ? nearest_bf16(static_cast<float>(x.at(r, c))) : x.at(r, c);
-                                        const double wu = nearest_bf16(static_cast<float>(fc.at(split ? j : 2 * j, c)));
-                                        const double wg = nearest_bf16(static_cast<float>(fc.at(split ? inter + j : 2 * j + 1, c)));
+                                        const double wu = fc.at(split ? j : 2 * j, c, rounded);
+                                        const double wg = fc.at(split ? inter + j : 2 * j + 1, c, rounded);
                                         u += xv * wu, g += xv * wg, u_size += std::abs(xv * wu), g_size += std::abs(xv * wg);
                                     }
                                     const double silu = g / (1 + std::exp(-g)), a = u * silu;
@@ -368,15 +434,15 @@ TEST_CASE("swiglu_mlp equals brute-force products around SwiGLU in double (opera
                                     act[i] = rounded ? nearest_bf16(static_cast<float>(a)) : a;
                                     slack[i] = 1e-5 * (u_size * std::abs(silu) + 1.1 * g_size * std::abs(u)) + 1e-6 * std::abs(a);
                                 }
-                            const auto weight = [&](vwt::index_t j, vwt::index_t c) { return nearest_bf16(static_cast<float>(proj.at(c, j))); };
+                            const auto weight = [&](vwt::index_t j, vwt::index_t c) { return proj.at(c, j, rounded); };
                             const auto want = brute_force(
                                 m, out, inter, [&](vwt::index_t r, vwt::index_t j) { return act[static_cast<std::size_t>(r * inter + j)]; },
                                 weight, alpha, beta, y);
                             std::vector<float> fused(static_cast<std::size_t>(m * 2 * inter)), scratch(static_cast<std::size_t>(m * inter));
-                            H::swiglu_mlp({threads, precision}, x.view().as_const(), vwt::host_matrix<const vwt::bf16>{fc16.data(), 2 * inter, w, fc.stride},
+                            H::swiglu_mlp({threads, precision}, x.view().as_const(), fc.view(),
                                           vwt::host_matrix<float>{fused.data(), m, 2 * inter, 2 * inter},
-                                          vwt::host_matrix<float>{scratch.data(), m, inter, inter}, inter, layout,
-                                          vwt::host_matrix<const vwt::bf16>{proj16.data(), out, inter, proj.stride}, y.view(), alpha, beta);
+                                          vwt::host_matrix<float>{scratch.data(), m, inter, inter}, inter, layout, proj.view(), y.view(), alpha,
+                                          beta);
                             // an activation next to a bf16 rounding boundary may land one step away
                             for (vwt::index_t r = 0; r < m; ++r)
                                 for (vwt::index_t c = 0; c < out; ++c) {
@@ -392,6 +458,12 @@ TEST_CASE("swiglu_mlp equals brute-force products around SwiGLU in double (opera
                                             1e-5 * want.magnitude[i] + alpha * carried + (rounded ? 0.008 * alpha * largest : 0) + 1e-6);
                                 }
                         }
+}
+
+TEST_CASE("swiglu_mlp equals brute-force products around SwiGLU in double (operands rounded to bf16 where its products are)") {
+    STATIC_REQUIRE(vwt::runs_swiglu_mlp<B>);
+    SECTION("bf16 weights") { check_swiglu_mlp<vwt::bf16>({13, 70}, {8, 40}); }
+    SECTION("q8 weights, dequantized") { check_swiglu_mlp<vwt::q8_block>({32, 64}, {32, 96}); }
 }
 
 TEST_CASE("bf16 products need float compute") {

@@ -275,9 +275,15 @@ struct backend {
             const T inv = T(1) / std::sqrt(in.square().sum() / static_cast<T>(n) + eps);
             if constexpr (std::is_same_v<Weight, T>) {
                 Eigen::Map<array>(y.row(r), n) = in * inv * Eigen::Map<const array>(gain.data(), n);
-            } else {
+            } else {  // the gain widened a panel at a time (weight_at per column ran ~3x slower on q8)
+                constexpr index_t panel = 256;  // whole q8 blocks
                 T* out = y.row(r);
-                for (index_t c = 0; c < n; ++c) out[c] = in(c) * inv * weight_at(gain.data(), c);
+                T g[panel];
+                for (index_t c0 = 0; c0 < n; c0 += panel) {
+                    const index_t len = std::min(panel, n - c0);
+                    kernels::widen(gain.data() + c0 / per_item, len, g);
+                    for (index_t c = 0; c < len; ++c) out[c0 + c] = in(c0 + c) * inv * g[c];
+                }
             }
         });
     }
@@ -710,8 +716,8 @@ struct backend {
     }
     // The whole SwiGLU MLP: y = alpha * swiglu(x . c_fc^T) . c_proj^T + beta * y, with `fused`
     // ([rows x 2 inter]) and `act` ([rows x inter]) as scratch (an optional op: the MLP layer calls it
-    // where the policy has it and nothing needs c_fc's output afterwards). With bf16 weights and bf16
-    // products through oneDNN, SwiGLU runs inside the products (onednn::swiglu_products_bf16): the
+    // where the policy has it and nothing needs c_fc's output afterwards). With bf16 or q8 weights and
+    // bf16 products through oneDNN, SwiGLU runs inside the products (onednn::swiglu_products_bf16): the
     // gate's product stores silu of its sums, the up product multiplies its sums by them and stores
     // bf16, the operand of c_proj; x is rounded to bf16 once for both. Else matmul_nt, then
     // swiglu_matmul_nt. The numbers are those of rounding the float SwiGLU output, up to the
@@ -719,18 +725,18 @@ struct backend {
     static void swiglu_mlp(const context& ctx, mat<const T> x, mat<const Weight> c_fc, mat<T> fused, mat<T> act, index_t inter,
                            swiglu_layout layout, mat<const Weight> c_proj, mat<T> y, T alpha = T(1), T beta = T(0)) {
 #if defined(VWT_WITH_ONEDNN)
-        if constexpr (std::is_same_v<T, float> && std::is_same_v<Weight, bf16>) {
+        if constexpr (std::is_same_v<T, float> && !std::is_same_v<Weight, float>) {
             const index_t rows = x.rows(), w = x.cols();
             if (bf16_products(ctx, rows) && ctx.shapes == product_shapes::fixed && fused.stride() == 2 * inter && act.stride() == inter) {
-                check_product(rows, w, c_fc.rows(), c_fc.cols(), fused, "swiglu_mlp c_fc", false);
+                check_product(rows, w, c_fc.rows(), c_fc.cols() * per_item, fused, "swiglu_mlp c_fc", false);
                 check_size(2 * inter, c_fc.rows(), "swiglu_mlp c_fc rows");
                 check_size(rows, act.rows(), "swiglu_mlp act rows");
-                check_product(rows, inter, c_proj.rows(), c_proj.cols(), y, "swiglu_mlp c_proj", true);
+                check_product(rows, inter, c_proj.rows(), c_proj.cols() * per_item, y, "swiglu_mlp c_proj", true);
                 float* silu_g = fused.data();  // the first rows x inter floats
                 bf16* act16 = reinterpret_cast<bf16*>(act.data());  // rows x inter bf16 fill the first half of act
                 const bool split = layout == swiglu_layout::split;
-                const bf16* u = c_fc.data();
-                const bf16* g = split ? c_fc.row(inter) : c_fc.data() + c_fc.stride();
+                const Weight* u = c_fc.data();
+                const Weight* g = split ? c_fc.row(inter) : c_fc.data() + c_fc.stride();
                 const index_t ldw = split ? c_fc.stride() : 2 * c_fc.stride();
                 if (onednn::swiglu_products_bf16(*ctx.cache, ctx.threads, rows, inter, w, x.data(), x.stride(), u, g, ldw, silu_g, act16) &&
                     onednn::gemm_bf16(*ctx.cache, ctx.threads, 'N', 'T', rows, c_proj.rows(), inter, alpha, act16, inter, c_proj.data(),

@@ -59,7 +59,7 @@ inline void sgemm(int threads, char trans_a, char trans_b, index_t m, index_t n,
 namespace detail {
 // The operand `rows x cols` at p (leading dimension ld, in stored items) as bf16: itself when it
 // is bf16, else rounded into `copy` (packed, leading dimension cols) on `threads` threads; q8
-// blocks are dequantized to float first, then rounded.
+// blocks are dequantized, then rounded.
 template <class E>
 const bf16* as_bf16(int threads, const E* p, index_t rows, index_t cols, index_t& ld, product_cache::buffer<bf16>& copy) {
     if constexpr (std::is_same_v<E, bf16>) {
@@ -68,21 +68,8 @@ const bf16* as_bf16(int threads, const E* p, index_t rows, index_t cols, index_t
         static_assert(std::is_same_v<E, float> || std::is_same_v<E, q8_block>, "bf16 products take float, bf16 or q8 operands");
         copy.resize(static_cast<std::size_t>(rows * cols));
         const index_t from = ld;
-#pragma omp parallel num_threads(threads) if (threads > 1 && rows > 1)
-        {
-            std::vector<float> wide(std::is_same_v<E, float> ? 0 : static_cast<std::size_t>(cols));
-#pragma omp for schedule(static)
-            for (index_t r = 0; r < rows; ++r) {
-                const float* row = nullptr;
-                if constexpr (std::is_same_v<E, float>) {
-                    row = p + r * from;
-                } else {
-                    kernels::widen(p + r * from, cols, wide.data());
-                    row = wide.data();
-                }
-                kernels::round_to_bf16(row, cols, copy.data() + r * cols);
-            }
-        }
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && rows > 1)
+        for (index_t r = 0; r < rows; ++r) kernels::round_to_bf16(p + r * from, cols, copy.data() + r * cols);
         ld = cols;
         return copy.data();
     }
@@ -205,13 +192,14 @@ bool gemm_bf16(product_cache& cache, int threads, char trans_a, char trans_b, in
 // The first layer of a SwiGLU MLP on bf16 operands, with SwiGLU applied by the products as they
 // store their sums: silu_g = silu(a . g^T) (float, [m x n] dense), then act = bf16((a . u^T) *
 // silu_g) ([m x n] dense). a: [m x k] (row stride lda), float (rounded to bf16 once, for both
-// products) or bf16; u, g: [n x k] (row stride ldw). One product of n columns writes float, the
-// other reads it back: half the memory traffic of writing both halves' float sums and running
-// SwiGLU over them. Returns false where oneDNN has no such matmul on this CPU; silu_g and act are
+// products) or bf16; u, g: [n x k] (row stride ldw, in stored items), bf16 or q8 blocks (each
+// dequantized and rounded into the cache's copy for its product). One product of n columns writes
+// float, the other reads it back: half the memory traffic of writing both halves' float sums and
+// running SwiGLU over them. Returns false where oneDNN has no such matmul on this CPU; silu_g and act are
 // then unspecified and the caller computes act another way.
-template <class A>
-bool swiglu_products_bf16(product_cache& cache, int threads, index_t m, index_t n, index_t k, const A* a, index_t lda,
-                          const bf16* u, const bf16* g, index_t ldw, float* silu_g, bf16* act) {
+template <class A, class W>
+bool swiglu_products_bf16(product_cache& cache, int threads, index_t m, index_t n, index_t k, const A* a, index_t lda, const W* u,
+                          const W* g, index_t ldw, float* silu_g, bf16* act) {
     if (m == 0 || n == 0) return true;
     if (k == 0) return false;  // nothing to multiply: the caller's way
     const std::scoped_lock lock(cache.mutex());

@@ -42,10 +42,47 @@ inline void widen(const q8_block* w, index_t n, float* out) {
         for (index_t i = 0; i < q8_block::size; ++i) out[b * q8_block::size + i] = w[b][i];
 }
 
+#if defined(__AVX512F__)
+namespace detail {
+// 16 floats to bf16 by vwt::bf16's rule: nearest, ties to even (the carry of adding 0x7fff plus the
+// lowest kept bit), a NaN kept a (quiet) NaN.
+inline __m256i round16_to_bf16(__m512 x) {
+    const __m512i bits = _mm512_castps_si512(x), high = _mm512_srli_epi32(bits, 16);
+    const __m512i odd = _mm512_and_si512(high, _mm512_set1_epi32(1));
+    const __m512i nearest = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
+    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    return _mm512_cvtepi32_epi16(_mm512_mask_or_epi32(nearest, nan, high, _mm512_set1_epi32(0x40)));
+}
+}  // namespace detail
+#endif
+
 // n floats rounded to bf16, nearest with ties to even (vwt::bf16's rounding); round_through_bf16
 // keeps them as floats, for the products that emulate bf16 operands with float ones.
 inline void round_to_bf16(const float* x, index_t n, bf16* out) {
-    for (index_t i = 0; i < n; ++i) out[i] = bf16(x[i]);
+    index_t i = 0;
+#if defined(__AVX512F__)
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), detail::round16_to_bf16(_mm512_loadu_ps(x + i)));
+#endif
+    for (; i < n; ++i) out[i] = bf16(x[i]);
+}
+// n weights of q8 blocks (n a multiple of 32), dequantized (scale * q, exact in float) and rounded
+// to bf16 by the same rule: a bf16 product's operand. In one pass on AVX-512, where widening to a
+// float row and rounding it took ~30% of a q8 prefill.
+inline void round_to_bf16(const q8_block* w, index_t n, bf16* out) {
+    for (index_t b = 0; b < n / q8_block::size; ++b) {
+        bf16* o = out + b * q8_block::size;
+#if defined(__AVX512F__)
+        const __m512 scale = _mm512_set1_ps(w[b].scale);
+        for (index_t half = 0; half < 2; ++half) {
+            const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].q + 16 * half));
+            const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), scale);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 16 * half), detail::round16_to_bf16(v));
+        }
+#else
+        for (index_t i = 0; i < q8_block::size; ++i) o[i] = bf16(w[b][i]);
+#endif
+    }
 }
 inline void round_through_bf16(const float* x, index_t n, float* out) {
     for (index_t i = 0; i < n; ++i) out[i] = static_cast<float>(bf16(x[i]));
