@@ -195,8 +195,8 @@ bool gemm_bf16(product_cache& cache, int threads, char trans_a, char trans_b, in
 // products) or bf16; u, g: [n x k] (row stride ldw, in stored items), bf16 or q8 blocks (each
 // dequantized and rounded into the cache's copy for its product). One product of n columns writes
 // float, the other reads it back: half the memory traffic of writing both halves' float sums and
-// running SwiGLU over them. Returns false where oneDNN has no such matmul on this CPU; silu_g and act are
-// then unspecified and the caller computes act another way.
+// running SwiGLU over them. Returns false where oneDNN has no such matmul on this CPU; silu_g and
+// act are then unspecified and the caller computes act another way.
 template <class A, class W>
 bool swiglu_products_bf16(product_cache& cache, int threads, index_t m, index_t n, index_t k, const A* a, index_t lda, const W* u,
                           const W* g, index_t ldw, float* silu_g, bf16* act) {

@@ -66,9 +66,9 @@ inline void round_to_bf16(const float* x, index_t n, bf16* out) {
 #endif
     for (; i < n; ++i) out[i] = bf16(x[i]);
 }
-// n weights of q8 blocks (n a multiple of 32), dequantized (scale * q, exact in float) and rounded
-// to bf16 by the same rule: a bf16 product's operand. In one pass on AVX-512, where widening to a
-// float row and rounding it took ~30% of a q8 prefill.
+// n weights of q8 blocks (n a multiple of 32), dequantized (scale * q in float, as q8_block's
+// operator[]) and rounded to bf16 by the same rule: a bf16 product's operand. In one pass on
+// AVX-512, where widening to a float row and rounding it took ~30% of a q8 prefill.
 inline void round_to_bf16(const q8_block* w, index_t n, bf16* out) {
     for (index_t b = 0; b < n / q8_block::size; ++b) {
         bf16* o = out + b * q8_block::size;
