@@ -14,11 +14,13 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <numeric>
 #include <random>
+#include <type_traits>
 
 #include <vwt/vwt.hpp>
 
@@ -225,26 +227,51 @@ huge_page_array<T> make_huge_page_array(std::size_t n, T value) {
     std::fill(p, p + n, value);
     return huge_page_array<T>(p);
 }
+// Values like a model's: uniform in [-scale, scale) from a fixed-seed xorshift, stored as float or as
+// bf16 bits (rounded to the nearest, ties to even; written here, not taken from vwt). Constant
+// operands (0.5 and 0.25 until 2026-12-06) let AMX run the same products 6-8% faster than on random
+// data on the Xeon VM (the model's product sequence back to back: 36.7-37.8 ms constant, 39.9 ms
+// random), which flattered the baseline against the model's own products.
+template <class T>
+void fill_uniform(T* p, std::size_t n, float scale, std::uint64_t seed) {
+    std::uint64_t state = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (std::size_t i = 0; i < n; ++i) {
+        state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+        const float v = scale * (static_cast<float>(state >> 40) * 0x1p-23f - 1.0f);
+        if constexpr (std::is_same_v<T, float>) {
+            p[i] = v;
+        } else {
+            static_assert(std::is_same_v<T, std::uint16_t>, "float or bf16 bits");
+            std::uint32_t u = 0;
+            std::memcpy(&u, &v, sizeof u);
+            p[i] = static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+        }
+    }
+}
+
 // Operands of a sequence of products: each product's own weights b [n x k] (a model's layers each
 // have theirs), and one activation a [m x k] and one output c [m x n] that every product reuses,
 // as a model reuses its scratch, so that they stay in cache as a model's activations do. (Until
 // 2026-12-06 every product had its own a and c too: writing ~130 MB of fresh outputs per prefill
 // went to memory, which slowed the baseline by ~30% and flattered vwt's share of its rate.) All of
-// them on huge pages, every weight matrix on a cache line.
+// them on huge pages, every weight matrix on a cache line; a and b hold random values of a model's
+// scale (activations ~1, weights ~0.05).
 template <class In, class Out>
 struct gemm_operands {
     huge_page_array<In> a_all, b_all;
     huge_page_array<Out> c_all;
     std::vector<In*> a, b;
     std::vector<Out*> c;
-    gemm_operands(const std::vector<gemm_shape>& shapes, In a_value, In b_value) {
+    explicit gemm_operands(const std::vector<gemm_shape>& shapes) {
         std::vector<std::size_t> at_b;
         std::size_t na = 0, nb = 0, nc = 0;
         for (const auto& sh : shapes) {
             at_b.push_back(nb), nb += (std::size_t(sh.n) * sh.k + 15) / 16 * 16;
             na = std::max(na, std::size_t(sh.m) * sh.k), nc = std::max(nc, std::size_t(sh.m) * sh.n);
         }
-        a_all = make_huge_page_array(na, a_value), b_all = make_huge_page_array(nb, b_value), c_all = make_huge_page_array(nc, Out{});
+        a_all = make_huge_page_array(na, In{}), b_all = make_huge_page_array(nb, In{}), c_all = make_huge_page_array(nc, Out{});
+        fill_uniform(a_all.get(), na, 1.0f, 1);
+        fill_uniform(b_all.get(), nb, 0.05f, 2);
         for (std::size_t i = 0; i < shapes.size(); ++i) a.push_back(a_all.get()), b.push_back(b_all.get() + at_b[i]), c.push_back(c_all.get());
     }
 };
@@ -253,7 +280,7 @@ struct sgemm_runner {
     gemm_library library;
     std::vector<gemm_shape> shapes;
     gemm_operands<float, float> x;
-    sgemm_runner(const vwt::dynamic_schedule& s, gemm_library l) : library(l), shapes(sgemm_shapes(s)), x(shapes, 0.5f, 0.25f) {}
+    sgemm_runner(const vwt::dynamic_schedule& s, gemm_library l) : library(l), shapes(sgemm_shapes(s)), x(shapes) {}
     void operator()() {
         for (std::size_t i = 0; i < shapes.size(); ++i) {
             const auto& sh = shapes[i];
@@ -313,8 +340,8 @@ struct bf16_gemm_runner {
     std::vector<dnnl::matmul> primitives;
     std::vector<std::unordered_map<int, dnnl::memory>> args;
     std::vector<gemm_shape> shapes;
-    gemm_operands<std::uint16_t, float> x;  // bf16 bits: 0x3f00 = 0.5, 0x3e80 = 0.25
-    explicit bf16_gemm_runner(const vwt::dynamic_schedule& s) : shapes(sgemm_shapes(s, true)), x(shapes, 0x3f00, 0x3e80) {
+    gemm_operands<std::uint16_t, float> x;  // bf16 bits
+    explicit bf16_gemm_runner(const vwt::dynamic_schedule& s) : shapes(sgemm_shapes(s, true)), x(shapes) {
         using dt = dnnl::memory::data_type;
         for (std::size_t i = 0; i < shapes.size(); ++i) {
             const auto& sh = shapes[i];
