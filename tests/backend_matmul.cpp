@@ -466,6 +466,42 @@ TEST_CASE("swiglu_mlp equals brute-force products around SwiGLU in double (opera
     SECTION("q8 weights, dequantized") { check_swiglu_mlp<vwt::q8_block>({32, 64}, {32, 96}); }
 }
 
+// RMSNorm in double over the gain as stored (a bf16 value, or scale * q of a q8 block) on rows of n
+// columns, against the policy's rmsnorm: up to its stack's width the gain is widened once per call,
+// beyond it a panel at a time for each row.
+template <class W>
+void check_rmsnorm_gain(std::initializer_list<vwt::index_t> widths) {
+    using H = vwt::cpu::backend<float, W>;
+    std::mt19937 rng(29);
+    for (const vwt::index_t n : widths)
+        for (const vwt::index_t rows : {1, 7})
+            for (const int threads : {1, 2}) {
+                INFO("n " << n << " rows " << rows << " threads " << threads);
+                const stored_weights<W> gain(strided(1, n, rng, 0));
+                strided x(rows, n, rng), y(rows, n, rng, 3);
+                const float eps = 1e-5f;
+                H::rmsnorm({threads}, x.view().as_const(), vwt::vector_view<const W, vwt::host_memory>(gain.items.data(), gain.view().cols()),
+                           y.view(), eps);
+                for (vwt::index_t r = 0; r < rows; ++r) {
+                    double squares = 0;
+                    for (vwt::index_t c = 0; c < n; ++c) squares += x.at(r, c) * x.at(r, c);
+                    const double inv = 1 / std::sqrt(squares / static_cast<double>(n) + eps);
+                    for (vwt::index_t c = 0; c < n; ++c) {
+                        const double want = x.at(r, c) * inv * gain.at(0, c, false);
+                        INFO("row " << r << " col " << c);
+                        REQUIRE(std::abs(y.at(r, c) - want) <= 1e-5 * std::abs(want) + 1e-6);
+                    }
+                }
+            }
+}
+
+TEST_CASE("rmsnorm with a bf16 or q8 gain equals RMSNorm in double over the stored gain") {
+    using H = vwt::cpu::backend<float, vwt::bf16>;
+    STATIC_REQUIRE(H::rmsnorm_stack_cols == 4096);  // the widths below straddle it
+    SECTION("bf16 gain") { check_rmsnorm_gain<vwt::bf16>({40, 4096, 4100}); }
+    SECTION("q8 gain") { check_rmsnorm_gain<vwt::q8_block>({64, 4096, 4160}); }
+}
+
 TEST_CASE("bf16 products need float compute") {
     using D = vwt::cpu::backend<double>;
     std::vector<double> x(8 * 4, 1.0), w(3 * 4, 1.0), y(8 * 3);

@@ -89,18 +89,25 @@ struct aligned_host_allocator {
 #endif
         return alignment;
     }
+    // n value-initialized elements
     template <class U>
     static U* allocate(index_t n) {
+        U* u = allocate_storage<U>(n);
+        for (index_t i = 0; i < n; ++i) new (u + i) U();
+        return u;
+    }
+    // Storage for n elements, none constructed (what std_allocator hands a container, which
+    // constructs its elements itself)
+    template <class U>
+    static U* allocate_storage(index_t n) {
         if (static_cast<std::size_t>(n) > static_cast<std::size_t>(-1) / sizeof(U)) throw std::bad_array_new_length();
         const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(U);
         void* p = ::operator new(bytes, std::align_val_t{alignment_of(bytes)});
 #if defined(__linux__)
-        // before the first touch below, so that the pages are huge from their first fault
+        // before the first touch, so that the pages are huge from their first fault
         if (alignment_of(bytes) == huge_page) ::madvise(p, bytes / 4096 * 4096, MADV_HUGEPAGE);  // advice: failure changes nothing
 #endif
-        U* u = static_cast<U*>(p);
-        for (index_t i = 0; i < n; ++i) new (u + i) U();
-        return u;
+        return static_cast<U*>(p);
     }
     template <class U>
     static void deallocate(U* p, index_t n) {
@@ -117,7 +124,14 @@ struct std_allocator {
     std_allocator() = default;
     template <class U>
     std_allocator(const std_allocator<U, Allocator>&) noexcept {}
-    T* allocate(std::size_t n) { return Allocator::template allocate<T>(static_cast<index_t>(n)); }
+    // Storage only, where the allocator offers it: the container constructs the elements (so a
+    // vector's resize zeroes new floats once, not twice)
+    T* allocate(std::size_t n) {
+        if constexpr (requires { Allocator::template allocate_storage<T>(index_t{}); })
+            return Allocator::template allocate_storage<T>(static_cast<index_t>(n));
+        else
+            return Allocator::template allocate<T>(static_cast<index_t>(n));
+    }
     void deallocate(T* p, std::size_t n) noexcept { Allocator::template deallocate<T>(p, static_cast<index_t>(n)); }
     template <class U>
     bool operator==(const std_allocator<U, Allocator>&) const noexcept {
