@@ -929,9 +929,9 @@ private:
     // negated for `inverse`. Rows run in one task per thread (of at least rope_rows rows each); in
     // a task, a row at the position after the previous row's takes its cos/sin from the previous
     // one by the angle-addition formula in double (one step of inv_freq_j), so that the pow and
-    // sin/cos calls are per task, not per row. (In tasks of 16 rows they were half of the time of
-    // split_qkv_rope in a dense_200m prefill.) Each step adds a relative error of ~1e-16, so even
-    // thousands of steps stay far inside float's half step of 6e-8.
+    // sin/cos calls are per task, not per row (in tasks of 16 rows, split_qkv_rope of a dense_200m
+    // prefill took ~5% longer). Each step adds a relative error of ~1e-16, so even thousands of
+    // steps stay far inside float's half step of 6e-8.
     template <class F>
     static void rope_angles(const context& ctx, index_t rows, int d, vec<const int> positions, double theta, bool inverse, F&& f) {
         const int half = d / 2;
