@@ -270,10 +270,12 @@ struct backend {
     static void rmsnorm(const context& ctx, mat<const T, C> x, vec<const Weight> gain, mat<T, C> y, T eps) {
         using array = Eigen::Array<T, detail::eigen_extent(C), 1>;
         const index_t n = x.cols();
+        const auto inverse_rms = [&](const Eigen::Map<const array>& in) {
+            return T(1) / std::sqrt(in.square().sum() / static_cast<T>(n) + eps);
+        };
         const auto normalize = [&](const T* g, index_t r) {
             const Eigen::Map<const array> in(x.row(r), n);
-            const T inv = T(1) / std::sqrt(in.square().sum() / static_cast<T>(n) + eps);
-            Eigen::Map<array>(y.row(r), n) = in * inv * Eigen::Map<const array>(g, n);
+            Eigen::Map<array>(y.row(r), n) = in * inverse_rms(in) * Eigen::Map<const array>(g, n);
         };
         if constexpr (std::is_same_v<Weight, T>) {
             parallel_for(ctx.threads, x.rows(), [&](index_t r) { normalize(gain.data(), r); });
@@ -287,7 +289,7 @@ struct backend {
         } else {  // wider rows: the gain widened a panel at a time for each row
             parallel_for(ctx.threads, x.rows(), [&](index_t r) {
                 const Eigen::Map<const array> in(x.row(r), n);
-                const T inv = T(1) / std::sqrt(in.square().sum() / static_cast<T>(n) + eps);
+                const T inv = inverse_rms(in);
                 constexpr index_t panel = 256;  // whole q8 blocks
                 T* out = y.row(r);
                 T g[panel];
