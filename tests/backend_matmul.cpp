@@ -320,6 +320,45 @@ TEST_CASE("SwiGLU into bf16 rounds the float SwiGLU to the nearest bf16, ties to
     }
 }
 
+TEST_CASE("SwiGLU's backward kernel equals its derivatives in double, for gates from -120 to 120, in both layouts") {
+    // du = d g s, dg = d u s (1 + g (1 - s)), s = 1 / (1 + e^-g): d/du and d/dg of u g s (semantics
+    // section 2's SwiGLU). 37 columns: the 16-column kernel twice and a scalar tail of 5.
+    const int n = 37;
+    std::vector<float> u, g, d;
+    for (int i = 0; i < n; ++i) {
+        g.push_back(-120.0f + 6.6f * static_cast<float>(i));
+        u.push_back(0.3f + 0.05f * static_cast<float>(i % 11) - (i % 2 ? 0.9f : 0.0f));
+        d.push_back(0.7f - 0.11f * static_cast<float>(i % 9));
+    }
+    g[17] = 0.0f, g[18] = -1.2785f, g[19] = 1e-3f, g[20] = -3.5f, g[34] = -1.2785f, g[35] = 2.0f;  // 18, 34: 1 + g (1 - s) near 0
+    d[21] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> pairs;
+    for (int i = 0; i < n; ++i) pairs.push_back(u[i]), pairs.push_back(g[i]);
+    for (const bool split : {true, false}) {
+        INFO((split ? "split" : "interleaved"));
+        std::vector<float> grads(2 * n, -7.0f);
+        const float* pu = split ? u.data() : pairs.data();
+        const float* pg = split ? g.data() : pairs.data() + 1;
+        float* du = grads.data();
+        float* dg = split ? grads.data() + n : grads.data() + 1;
+        vwt::cpu::kernels::swiglu_backward(pu, pg, split ? 1 : 2, d.data(), n, du, dg);
+        const int step = split ? 1 : 2;
+        for (int i = 0; i < n; ++i) {
+            INFO("column " << i << ": u " << u[i] << ", g " << g[i] << ", d " << d[i]);
+            const double U = u[i], G = g[i], D = d[i], S = 1 / (1 + std::exp(-G));
+            const double want_du = D * G * S, want_dg = D * U * S * (1 + G * (1 - S));
+            if (std::isnan(D)) {
+                CHECK(std::isnan(du[i * step]));
+                CHECK(std::isnan(dg[i * step]));
+                continue;
+            }
+            CHECK(std::abs(du[i * step] - want_du) <= 1e-6 * std::abs(want_du) + 1e-30);
+            // 1 + g (1 - s) cancels near g = -1.28: its error is relative to 1 + |g|
+            CHECK(std::abs(dg[i * step] - want_dg) <= 1e-6 * std::abs(D * U * S) * (1 + std::abs(G)) + 1e-30);
+        }
+    }
+}
+
 TEST_CASE("swiglu_matmul_nt equals SwiGLU in double, then a brute-force product (operands rounded to bf16 where its products are)") {
     using H = vwt::cpu::backend<float, vwt::bf16>;
     using vwt::cpu::product_precision;

@@ -765,6 +765,14 @@ struct backend {
     }
     static void swiglu_backward(const context& ctx, mat<const T> fused, mat<const T> d_out, mat<T> d_fused, index_t inter,
                                 swiglu_layout layout) {
+        if constexpr (std::is_same_v<T, float>) {
+            const bool split = layout == swiglu_layout::split;
+            return parallel_for(ctx.threads, fused.rows(), [&](index_t r) {
+                float* d = d_fused.row(r);
+                kernels::swiglu_backward(fused.row(r), fused.row(r) + (split ? inter : 1), split ? 1 : 2, d_out.row(r), inter, d,
+                                         d + (split ? inter : 1));
+            });
+        }
         using array = Eigen::Array<T, Eigen::Dynamic, 1>;
         using cstrided = Eigen::Map<const array, Eigen::Unaligned, Eigen::InnerStride<>>;
         using strided = Eigen::Map<array, Eigen::Unaligned, Eigen::InnerStride<>>;
