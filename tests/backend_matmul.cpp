@@ -320,6 +320,33 @@ TEST_CASE("SwiGLU into bf16 rounds the float SwiGLU to the nearest bf16, ties to
     }
 }
 
+TEST_CASE("sum_squares equals a compensated sum in long double, the same for 1 and 2 threads; scale multiplies every item") {
+    // 3 whole blocks of the optimizer's vector ops and a tail of 77 (not a multiple of 8), items
+    // from 1e-4 to 1e3 in magnitude, and a short vector inside one block
+    for (const vwt::index_t n : {vwt::index_t{13}, 3 * B::vector_block + 77}) {
+        INFO("n " << n);
+        std::mt19937 rng(9);
+        std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+        std::uniform_int_distribution<int> exponent(-4, 3);
+        std::vector<float> x(static_cast<std::size_t>(n));
+        for (auto& v : x) v = mantissa(rng) * std::pow(10.0f, static_cast<float>(exponent(rng)));
+        long double want = 0, carry = 0;  // Kahan
+        for (const float v : x) {
+            const long double term = static_cast<long double>(v) * v - carry, sum = want + term;
+            carry = (sum - want) - term;
+            want = sum;
+        }
+        double got[2] = {};
+        for (const int threads : {1, 2})
+            B::sum_squares({threads}, vwt::host_vector<const float>(x.data(), n), vwt::host_vector<double>(&got[threads - 1], 1));
+        CHECK(got[0] == got[1]);
+        CHECK(std::abs(got[0] - static_cast<double>(want)) <= 1e-14 * static_cast<double>(want));
+        auto y = x;
+        B::scale({2}, vwt::host_vector<float>(y.data(), n), 0.375f);
+        for (std::size_t i = 0; i < x.size(); ++i) REQUIRE(y[i] == x[i] * 0.375f);
+    }
+}
+
 TEST_CASE("SwiGLU's backward kernel equals its derivatives in double, for gates from -120 to 120, in both layouts") {
     // du = d g s, dg = d u s (1 + g (1 - s)), s = 1 / (1 + e^-g): d/du and d/dg of u g s (semantics
     // section 2's SwiGLU). 37 columns: the 16-column kernel twice and a scalar tail of 5.
