@@ -151,16 +151,17 @@ void swiglu(const float* u, const float* g, index_t step, index_t n, Out* out) {
 // SwiGLU's backward over a row: for j < n, with u[j], g[j] at u + step j, g + step j and the output
 // gradient d[j], du[j] = d g s and dg[j] = d u s (1 + g (1 - s)) with s = 1 / (1 + e^-g), written
 // at du + step j and dg + step j: step 1 for two blocks of columns, 2 for interleaved pairs (g = u
-// + 1 and dg = du + 1).
-inline void swiglu_backward(const float* u, const float* g, index_t step, const float* d, index_t n, float* du, float* dg) {
+// + 1 and dg = du + 1). T float (16 columns at a time on AVX-512) or double.
+template <class T>
+void swiglu_backward(const T* u, const T* g, index_t step, const T* d, index_t n, T* du, T* dg) {
     index_t j = 0;
 #if defined(__AVX512F__)
-    j = detail::swiglu_backward_vectors(u, g, step, d, n, du, dg);
+    if constexpr (std::is_same_v<T, float>) j = detail::swiglu_backward_vectors(u, g, step, d, n, du, dg);
 #endif
     for (; j < n; ++j) {
-        const float uj = u[j * step], gj = g[j * step], s = 1.0f / (1.0f + std::exp(-gj));
+        const T uj = u[j * step], gj = g[j * step], s = T(1) / (T(1) + std::exp(-gj));
         du[j * step] = d[j] * gj * s;
-        dg[j * step] = d[j] * uj * s * (1.0f + gj * (1.0f - s));
+        dg[j * step] = d[j] * uj * s * (T(1) + gj * (T(1) - s));
     }
 }
 

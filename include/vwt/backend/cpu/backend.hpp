@@ -765,28 +765,11 @@ struct backend {
     }
     static void swiglu_backward(const context& ctx, mat<const T> fused, mat<const T> d_out, mat<T> d_fused, index_t inter,
                                 swiglu_layout layout) {
-        if constexpr (std::is_same_v<T, float>) {
-            const bool split = layout == swiglu_layout::split;
-            return parallel_for(ctx.threads, fused.rows(), [&](index_t r) {
-                float* d = d_fused.row(r);
-                kernels::swiglu_backward(fused.row(r), fused.row(r) + (split ? inter : 1), split ? 1 : 2, d_out.row(r), inter, d,
-                                         d + (split ? inter : 1));
-            });
-        }
-        using array = Eigen::Array<T, Eigen::Dynamic, 1>;
-        using cstrided = Eigen::Map<const array, Eigen::Unaligned, Eigen::InnerStride<>>;
-        using strided = Eigen::Map<array, Eigen::Unaligned, Eigen::InnerStride<>>;
-        const bool interleaved = layout == swiglu_layout::interleaved;
-        const index_t step = interleaved ? 2 : 1, gate = interleaved ? 1 : inter;
+        const bool split = layout == swiglu_layout::split;
+        const index_t gate = split ? inter : 1, step = split ? 1 : 2;
         parallel_for(ctx.threads, fused.rows(), [&](index_t r) {
-            const cstrided u(fused.row(r), inter, Eigen::InnerStride<>(step)), g(fused.row(r) + gate, inter, Eigen::InnerStride<>(step));
-            strided du(d_fused.row(r), inter, Eigen::InnerStride<>(step)), dg(d_fused.row(r) + gate, inter, Eigen::InnerStride<>(step));
-            const Eigen::Map<const array> d(d_out.row(r), inter);
-            for (index_t j = 0; j < inter; ++j) {
-                const T sig = T(1) / (T(1) + std::exp(-g(j)));
-                du(j) = d(j) * g(j) * sig;
-                dg(j) = d(j) * u(j) * sig * (T(1) + g(j) * (T(1) - sig));
-            }
+            T* d = d_fused.row(r);
+            kernels::swiglu_backward(fused.row(r), fused.row(r) + gate, step, d_out.row(r), inter, d, d + gate);
         });
     }
 
