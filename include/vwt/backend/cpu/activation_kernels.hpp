@@ -44,13 +44,15 @@ inline __m512 exp_clamped(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     return _mm512_scalef_ps(p, n);
 }
-// u * g / (1 + e^-g), 16 lanes.
-inline __m512 swiglu16(__m512 u, __m512 g) {
+// sigmoid(g) = 1 / (1 + e^-g), 16 lanes (e^-g clamped as exp_clamped says: 0 for g >= 100, and
+// 1 / (1 + e^87) for g <= -87, where the exact value is below it and as good as 0).
+inline __m512 sigmoid16(__m512 g) {
     const __m512 den = _mm512_add_ps(_mm512_set1_ps(1.0f), exp_clamped(_mm512_sub_ps(_mm512_setzero_ps(), g)));
-    __m512 inverse = _mm512_rcp14_ps(den);
-    inverse = _mm512_mul_ps(inverse, _mm512_fnmadd_ps(den, inverse, _mm512_set1_ps(2.0f)));
-    return _mm512_mul_ps(u, _mm512_mul_ps(g, inverse));
+    const __m512 inverse = _mm512_rcp14_ps(den);
+    return _mm512_mul_ps(inverse, _mm512_fnmadd_ps(den, inverse, _mm512_set1_ps(2.0f)));
 }
+// u * g / (1 + e^-g), 16 lanes.
+inline __m512 swiglu16(__m512 u, __m512 g) { return _mm512_mul_ps(u, _mm512_mul_ps(g, sigmoid16(g))); }
 // 16 floats stored as float, or rounded to bf16 as vwt::bf16 rounds (nearest, ties to even; a NaN
 // stays a quiet NaN): by vcvtneps2bf16 where `native` (which also flushes denormal floats to zero),
 // else by integer steps.
@@ -87,13 +89,6 @@ __attribute__((target("avx512bf16"))) index_t swiglu_vectors(const float* u, con
         }
     }
     return j;
-}
-// sigmoid(g) = 1 / (1 + e^-g), 16 lanes (e^-g clamped as exp_clamped says: 0 for g >= 100, and
-// 1 / (1 + e^87) for g <= -87, where the exact value is below it and as good as 0).
-inline __m512 sigmoid16(__m512 g) {
-    const __m512 den = _mm512_add_ps(_mm512_set1_ps(1.0f), exp_clamped(_mm512_sub_ps(_mm512_setzero_ps(), g)));
-    const __m512 inverse = _mm512_rcp14_ps(den);
-    return _mm512_mul_ps(inverse, _mm512_fnmadd_ps(den, inverse, _mm512_set1_ps(2.0f)));
 }
 // SwiGLU's derivatives, 16 lanes: du = d g s, dg = d u s (1 + g (1 - s)), s = sigmoid(g).
 inline void swiglu_backward16(__m512 u, __m512 g, __m512 d, __m512& du, __m512& dg) {
