@@ -194,6 +194,12 @@ def test_a_client_that_goes_away_frees_its_slot(tmp_path, stream):
     wide = tmp_path / "wide"  # slow enough (~3 ms a token) that 240 tokens outlast the disconnect
     subprocess.run([CLI, "init", "--layers", "4", "--hidden", "512", "--heads", "8", "--vocab", "258", "--shape", "uniform",
                     "--out", str(wide)], check=True, capture_output=True)
+    # Without an end-of-text token, so that the request can end only by the disconnect or after 240
+    # tokens (with its random weights and seed 0, this model samples its EOS as the 7th token: a
+    # request that ended there, ~20 ms in, before the disconnect was seen, counted no cancellation).
+    config = json.loads((wide / "config.json").read_text())
+    config["eos_token_id"] = None
+    (wide / "config.json").write_text(json.dumps(config))
     proc, port = start(wide, "--slots", "2", "--threads", "1")
     try:
         s = socket.create_connection(("127.0.0.1", port))
