@@ -216,15 +216,13 @@ TEST_CASE("bf16 products equal a brute-force sum over operands rounded to bf16")
                                 B::matmul_nt(bf16_products, x.view(), w.view(), y.view(), alpha, beta);
                                 check(y, want);
                             }
-                            {  // nt, bf16 weights, automatic: bf16 products above 4 rows, x as it is up to 4
+                            {  // nt, bf16 weights, automatic: x rounded to bf16 at every row count (the
+                               // decode kernel's vdpbf16ps up to 4 rows, bf16 products above)
                                 strided x(m, k, rng), wf(n, k, rng), y(m, n, rng, pad);
                                 std::vector<vwt::bf16> w(wf.data.size());
                                 for (std::size_t i = 0; i < w.size(); ++i) w[i] = vwt::bf16(wf.data[i]);
-                                const auto rw = rounded(wf);
-                                const auto want = brute_force(
-                                    m, n, k,
-                                    [&](auto r, auto j) { return m > H::gemv_rows ? nearest_bf16(static_cast<float>(x.at(r, j))) : x.at(r, j); },
-                                    [&](auto j, auto c) { return rw(c, j); }, alpha, beta, y);
+                                const auto want = brute_force(m, n, k, rounded(x), [&, rw = rounded(wf)](auto j, auto c) { return rw(c, j); },
+                                                              alpha, beta, y);
                                 H::matmul_nt({threads, product_precision::automatic, shapes}, x.view(),
                                              vwt::host_matrix<const vwt::bf16>{w.data(), n, k, wf.stride}, y.view(), alpha, beta);
                                 check(y, want);
@@ -407,7 +405,7 @@ TEST_CASE("swiglu_matmul_nt equals SwiGLU in double, then a brute-force product 
                             }
                         std::vector<vwt::bf16> w(wf.data.size());
                         for (std::size_t i = 0; i < w.size(); ++i) w[i] = vwt::bf16(wf.data[i]);
-                        const bool rounded = precision == product_precision::automatic && m > H::gemv_rows;
+                        const bool rounded = precision == product_precision::automatic;  // (bf16 weights: every row count)
                         const auto act = [&](vwt::index_t r, vwt::index_t j) {
                             const double u = fused.at(r, split ? j : 2 * j), g = fused.at(r, split ? inter + j : 2 * j + 1);
                             const double a = u * g / (1 + std::exp(-g));
@@ -483,7 +481,8 @@ void check_swiglu_mlp(std::initializer_list<vwt::index_t> inters, std::initializ
                                           << (precision == product_precision::f32) << " threads " << threads);
                             strided x(m, w, rng), fc_values(2 * inter, w, rng, 3), proj_values(out, inter, rng, 2), y(m, out, rng, 7);
                             const stored_weights<W> fc(fc_values), proj(proj_values);
-                            const bool rounded = precision == product_precision::automatic && m > H::gemv_rows;
+                            // (decode's products round their activations to bf16 against bf16 weights too)
+                            const bool rounded = precision == product_precision::automatic && (std::is_same_v<W, vwt::bf16> || m > H::gemv_rows);
                             // u and g in double, with the sums of |terms| that bound their float error
                             std::vector<double> act(static_cast<std::size_t>(m * inter)), slack(act.size());
                             for (vwt::index_t r = 0; r < m; ++r)

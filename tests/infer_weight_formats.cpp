@@ -92,15 +92,12 @@ TEMPLATE_TEST_CASE("a model with bf16 or q8 weights computes the float model of 
         CHECK(vwt_test::relative_error(decoded, decoded_logits(twin, tokens, {threads})) < 1e-5);
         CHECK(vwt_test::relative_error(decoded, prefill) < 1e-5);
         // the default decode: q8 weights meet activations quantized to q8 blocks (each value within
-        // half a step of max|block| / 127), which moves the logits by less than 1% of the largest
-        // (measured: 0.5%); bf16 weights decode exactly
+        // half a step of max|block| / 127), bf16 weights activations rounded to bf16 (each by <=
+        // 2^-9 relative); either moves the logits by less than 1% of the largest (measured: q8
+        // 0.5%, bf16 0.15%)
         const double quantized = vwt_test::relative_error(decoded_logits(stored, tokens, {threads}), decoded);
-        if constexpr (std::is_same_v<W, vwt::q8_block>) {
-            CHECK(quantized > 0);
-            CHECK(quantized < 1e-2);
-        } else {
-            CHECK(quantized < 1e-5);
-        }
+        CHECK(quantized > 0);
+        CHECK(quantized < 1e-2);
         // against the float weights: bf16 rounds each weight by <= 2^-9 relative, q8 by <= half a
         // step of max|block| / 127; the logits move by less than 1% (bf16) and 3% (q8) of the
         // largest one (measured: 0.3% and 0.6%)

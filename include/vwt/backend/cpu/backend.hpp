@@ -125,12 +125,25 @@ struct backend {
 
     // matmul_nt of up to gemv_rows rows (decode): kernels::gemv_nt on each thread's slice of the
     // weight's rows (one slice per thread measured faster than 4 handed out as threads finish).
-    // Against q8 weights the activations are quantized to q8 blocks once for all threads (see
-    // product_precision).
+    // Against q8 weights the activations are quantized to q8 blocks once for all threads, against
+    // bf16 weights rounded to bf16 into the context's cache (see product_precision).
     static void gemv_nt(const context& ctx, mat<const T> x, mat<const Weight> w, mat<T> y, T alpha, T beta) {
         const index_t n = w.rows();
         const int threads = std::max(1, std::min<int>(ctx.threads, static_cast<int>((n + 63) / 64)));
         const index_t chunk = ((n + threads - 1) / threads + 15) / 16 * 16;
+        if constexpr (std::is_same_v<T, float> && std::is_same_v<Weight, bf16>)
+            if (ctx.products == product_precision::automatic) {
+                const std::scoped_lock lock(ctx.cache->mutex());
+                auto& rounded = ctx.cache->operand(0);
+                rounded.resize(static_cast<std::size_t>(x.rows() * x.cols()));
+                for (index_t r = 0; r < x.rows(); ++r) kernels::round_to_bf16(x.row(r), x.cols(), rounded.data() + r * x.cols());
+                const mat<const bf16> x16{rounded.data(), x.rows(), x.cols(), x.cols()};
+                parallel_for(threads, threads, [&](index_t t) {
+                    const index_t begin = t * chunk, end = std::min(n, begin + chunk);
+                    if (begin < end) kernels::gemv_nt(x16, x.cols(), w.rows_range(begin, end), y.cols_range(begin, end), alpha, beta);
+                });
+                return;
+            }
         std::vector<q8_block> quantized;
         if constexpr (std::is_same_v<Weight, q8_block>)
             if (ctx.products == product_precision::automatic) {

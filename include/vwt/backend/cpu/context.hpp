@@ -16,9 +16,11 @@ namespace vwt::cpu {
 
 // How matmul_nt, matmul_nn and matmul_tn multiply.
 enum class product_precision {
-    // bf16 for products of more than 4 rows (prefill) against bf16 or q8 weights; against q8
-    // weights, products of up to 4 rows (decode) quantize each row of activations to q8 blocks by
-    // the weights' rule and multiply 8-bit integers (exact sums, then both scales); f32 otherwise.
+    // bf16 for products of more than 4 rows (prefill) against bf16 or q8 weights; products of up
+    // to 4 rows (decode) against bf16 weights round each row of activations to bf16 too (exact
+    // products, float sums: vdpbf16ps where the CPU has AVX512_BF16), against q8 weights quantize
+    // each row to q8 blocks by the weights' rule and multiply 8-bit integers (exact sums, then both
+    // scales); f32 otherwise.
     automatic,
     // The operands as stored (bf16 and q8 weights widened to float, which is exact), float sums.
     f32,

@@ -16,6 +16,7 @@
 
 #include "../../tensor/weight_format.hpp"
 #include "../../tensor/view.hpp"
+#include "cpu_features.hpp"
 
 #ifndef VWT_PREFETCH_DISTANCE
 #define VWT_PREFETCH_DISTANCE 2048  // bytes; a compile-time tuning knob (weight_kernels.hpp: prefetch_ahead)
@@ -154,8 +155,9 @@ inline void prefetch_ahead(const void* p, std::size_t bytes) {
 // dot(w, x) over k elements, in four independent sums (one row streamed front to back: the
 // access pattern the hardware prefetcher follows best; measured at the read bandwidth with two
 // threads on a 2-core Zen 4, where four rows side by side ran ~40% slower).
-template <class W>
-inline float dot(const W* w, const float* x, index_t k) {
+template <class W, class X>
+inline float dot(const W* w, const X* x, index_t k) {
+    static_assert(std::is_same_v<X, float> || std::is_same_v<X, bf16>, "dot: float or bf16 activations");
     index_t c = 0;
     float sum = 0.0f;
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
@@ -170,7 +172,7 @@ inline float dot(const W* w, const float* x, index_t k) {
     }
     for (; c + lanes <= k; c += lanes) a0 = vfma(vload(w + c), vload(x + c), a0);
 #if defined(__AVX512F__)
-    if constexpr (std::is_same_v<W, float>)  // the tail in one masked step (attention's head dims: 12, 22, 38, ...)
+    if constexpr (std::is_same_v<W, float> && std::is_same_v<X, float>)  // the tail in one masked step (attention's head dims: 12, 22, 38, ...)
         if (c < k) {
             const auto m = static_cast<__mmask16>((1u << (k - c)) - 1);
             a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w + c), _mm512_maskz_loadu_ps(m, x + c), a1);
@@ -181,15 +183,52 @@ inline float dot(const W* w, const float* x, index_t k) {
 #else
     float s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
     for (; c + 4 <= k; c += 4) {
-        sum += static_cast<float>(w[c]) * x[c];
-        s1 += static_cast<float>(w[c + 1]) * x[c + 1];
-        s2 += static_cast<float>(w[c + 2]) * x[c + 2];
-        s3 += static_cast<float>(w[c + 3]) * x[c + 3];
+        sum += static_cast<float>(w[c]) * static_cast<float>(x[c]);
+        s1 += static_cast<float>(w[c + 1]) * static_cast<float>(x[c + 1]);
+        s2 += static_cast<float>(w[c + 2]) * static_cast<float>(x[c + 2]);
+        s3 += static_cast<float>(w[c + 3]) * static_cast<float>(x[c + 3]);
     }
     sum += s1 + s2 + s3;
 #endif
-    for (; c < k; ++c) sum += static_cast<float>(w[c]) * x[c];
+    for (; c < k; ++c) sum += static_cast<float>(w[c]) * static_cast<float>(x[c]);
     return sum;
+}
+
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+namespace detail {
+// dot(w, x) over k bf16 pairs by AVX512_BF16's vdpbf16ps: 32 products per instruction, each exact
+// in float (two 8-bit significands), added pairwise into 16 float lanes; four independent sums (one
+// instruction's result is ready only a few instructions' time later). The CPU treats denormal
+// inputs as 0 and rounds a denormal sum to 0. The caller checks has_avx512_bf16().
+__attribute__((target("avx512bf16"))) inline float dot_bf16_pairs(const bf16* w, const bf16* x, index_t k) {
+    const auto pairs = [](const bf16* p) { return reinterpret_cast<__m512bh>(_mm512_loadu_si512(p)); };
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+    index_t c = 0;
+    for (; c + 128 <= k; c += 128) {
+        prefetch_ahead(w + c, 256);
+        a0 = _mm512_dpbf16_ps(a0, pairs(w + c), pairs(x + c));
+        a1 = _mm512_dpbf16_ps(a1, pairs(w + c + 32), pairs(x + c + 32));
+        a2 = _mm512_dpbf16_ps(a2, pairs(w + c + 64), pairs(x + c + 64));
+        a3 = _mm512_dpbf16_ps(a3, pairs(w + c + 96), pairs(x + c + 96));
+    }
+    for (; c < k; c += 32) {  // the rest, the last step masked (zeros add nothing)
+        const auto present = k - c >= 32 ? ~__mmask32(0) : static_cast<__mmask32>((std::uint64_t(1) << (k - c)) - 1);
+        a0 = _mm512_dpbf16_ps(a0, reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(present, w + c)),
+                              reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(present, x + c)));
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+}  // namespace detail
+#endif
+
+// dot(w, x) over k elements, both bf16 (bf16 decode's activations, rounded once per row): each
+// product exact in float, float sums, by vdpbf16ps where the CPU has AVX512_BF16 and by widening both
+// to float elsewhere (the same products, summed in another order).
+inline float dot(const bf16* w, const bf16* x, index_t k) {
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+    if (has_avx512_bf16()) return detail::dot_bf16_pairs(w, x, k);
+#endif
+    return dot<bf16, bf16>(w, x, k);
 }
 
 // dot(w, x) over k weights in k / 32 q8 blocks: per block, the 32 products summed in float, then
