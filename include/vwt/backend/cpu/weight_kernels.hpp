@@ -196,10 +196,6 @@ inline float dot(const W* w, const X* x, index_t k) {
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 namespace detail {
-// dot(w, x) over k bf16 pairs by AVX512_BF16's vdpbf16ps: 32 products per instruction, each exact
-// in float (two 8-bit significands), added pairwise into 16 float lanes; four independent sums (one
-// instruction's result is ready only a few instructions' time later). The CPU treats denormal
-// inputs as 0 and rounds a denormal sum to 0. The caller checks has_avx512_bf16().
 // a + the products of the 32 bf16 pairs at w and x (vdpbf16ps), for the first `n` of them
 // (the others read as 0, which adds nothing)
 __attribute__((target("avx512bf16"))) inline __m512 add_pair_products(__m512 a, const bf16* w, const bf16* x, index_t n) {
@@ -207,6 +203,10 @@ __attribute__((target("avx512bf16"))) inline __m512 add_pair_products(__m512 a, 
     return _mm512_dpbf16_ps(a, reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(present, w)),
                             reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(present, x)));
 }
+// dot(w, x) over k bf16 pairs by AVX512_BF16's vdpbf16ps: 32 products per instruction, each exact
+// in float (two 8-bit significands), added pairwise into 16 float lanes; four independent sums (one
+// instruction's result is ready only a few instructions' time later). The CPU treats denormal
+// inputs as 0 and rounds a denormal sum to 0. The caller checks has_avx512_bf16().
 __attribute__((target("avx512bf16"))) inline float dot_bf16_pairs(const bf16* w, const bf16* x, index_t k) {
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
     index_t c = 0;
