@@ -131,34 +131,28 @@ struct backend {
         const index_t n = w.rows();
         const int threads = std::max(1, std::min<int>(ctx.threads, static_cast<int>((n + 63) / 64)));
         const index_t chunk = ((n + threads - 1) / threads + 15) / 16 * 16;
+        // kernels::gemv_nt over each thread's slice, with x as given or as converted below
+        const auto slices = [&](auto operand) {
+            parallel_for(threads, threads, [&](index_t t) {
+                const index_t begin = t * chunk, end = std::min(n, begin + chunk);
+                if (begin < end) kernels::gemv_nt(operand, x.cols(), w.rows_range(begin, end), y.cols_range(begin, end), alpha, beta);
+            });
+        };
         if constexpr (std::is_same_v<T, float> && std::is_same_v<Weight, bf16>)
             if (ctx.products == product_precision::automatic) {
                 const std::scoped_lock lock(ctx.cache->mutex());
                 auto& rounded = ctx.cache->operand(0);
                 rounded.resize(static_cast<std::size_t>(x.rows() * x.cols()));
                 for (index_t r = 0; r < x.rows(); ++r) kernels::round_to_bf16(x.row(r), x.cols(), rounded.data() + r * x.cols());
-                const mat<const bf16> x16{rounded.data(), x.rows(), x.cols(), x.cols()};
-                parallel_for(threads, threads, [&](index_t t) {
-                    const index_t begin = t * chunk, end = std::min(n, begin + chunk);
-                    if (begin < end) kernels::gemv_nt(x16, x.cols(), w.rows_range(begin, end), y.cols_range(begin, end), alpha, beta);
-                });
-                return;
+                return slices(mat<const bf16>{rounded.data(), x.rows(), x.cols(), x.cols()});
             }
-        std::vector<q8_block> quantized;
         if constexpr (std::is_same_v<Weight, q8_block>)
             if (ctx.products == product_precision::automatic) {
-                quantized.resize(static_cast<std::size_t>(x.rows() * w.cols()));
+                std::vector<q8_block> quantized(static_cast<std::size_t>(x.rows() * w.cols()));
                 for (index_t r = 0; r < x.rows(); ++r) kernels::quantize_row(x.row(r), x.cols(), quantized.data() + r * w.cols());
+                return slices(mat<const q8_block>{quantized.data(), x.rows(), w.cols(), w.cols()});
             }
-        parallel_for(threads, threads, [&](index_t t) {
-            const index_t begin = t * chunk, end = std::min(n, begin + chunk);
-            if (begin >= end) return;
-            if constexpr (std::is_same_v<Weight, q8_block>)
-                if (!quantized.empty())
-                    return kernels::gemv_nt(mat<const q8_block>{quantized.data(), x.rows(), w.cols(), w.cols()}, x.cols(),
-                                            w.rows_range(begin, end), y.cols_range(begin, end), alpha, beta);
-            kernels::gemv_nt(x, x.cols(), w.rows_range(begin, end), y.cols_range(begin, end), alpha, beta);
-        });
+        slices(x);
     }
 
     // y = alpha * x . w^T + beta * y, w an [n x k] row-major weight (torch's Linear layout). The
