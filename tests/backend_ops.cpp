@@ -418,31 +418,34 @@ TEMPLATE_TEST_CASE("ops: keys and values kept in bf16 are rounded by split_qkv a
 }
 #endif
 
-// Prefill attention of a model with bf16 or q8 weights runs its products in bf16 on AMX tiles where
-// the CPU has them (amx_attention.hpp): the same numbers as attention in double on the query times
-// the scale rounded to bf16 and keys and values rounded to bf16, up to the softmax weights' own
-// rounding to bf16 (a relative 2^-9 each); float keys and values or a bf16 cache, the kernel's
-// 16-row blocks, 32-key chunks, 32-dim chunks and 4-tile groups with every remainder. Decode-sized
-// batches (<= 4 rows), and every batch on a CPU without AMX, attend in float.
+// Prefill attention of a model with bf16 or q8 weights runs its products in bf16 on AMX tiles or
+// vdpbf16ps where the CPU has them (bf16_attention.hpp): the same numbers as attention in double
+// on the query times the scale rounded to bf16 and keys and values rounded to bf16, up to the
+// softmax weights' own rounding to bf16 (a relative 2^-9 each); float keys and values or a bf16
+// cache, the kernels' 16-row blocks, 32-key chunks, 32-dim chunks, 4-tile groups, 8-row and
+// 3-block register blocks and odd head dims, with every remainder. Decode-sized batches (<= 4
+// rows), and every batch on a CPU with neither, attend in float.
 #if !defined(VWT_TEST_CUDA)
-TEMPLATE_TEST_CASE("ops: prefill attention with bf16 or q8 weights: bf16 products on AMX, else float", "[ops]",
+TEMPLATE_TEST_CASE("ops: prefill attention with bf16 or q8 weights: bf16 products where the CPU has them, else float", "[ops]",
                    (vwt::cpu::backend<float, vwt::bf16>), (vwt::cpu::backend<float, vwt::q8_block>)) {
     using P = TestType;
-    const bool amx = vwt::cpu::kernels::amx::available();
-    if (!amx) WARN("no AMX on this CPU: prefill attention checked in float only");
+    namespace kb = vwt::cpu::kernels::bf16_attention;
+    const auto engine = kb::fastest_engine();
+    if (!engine) WARN("neither AMX nor AVX512_BF16 on this CPU: prefill attention checked in float only");
+    else WARN("bf16 attention products on " << (*engine == kb::engine::tiles ? "AMX tiles" : "vdpbf16ps"));
     const auto to_bf16 = [](double x) { return static_cast<double>(static_cast<float>(vwt::bf16(static_cast<float>(x)))); };
     const float scale = 0.3f;
     for (const auto& heads : std::vector<std::pair<int, int>>{{4, 4}, {6, 2}})
-        for (const index_t d : {12, 40, 64, 72, 130})
+        for (const index_t d : {12, 13, 40, 64, 72, 130})
             for (const index_t past : {0, 37})
                 for (const index_t T_q : {3, 5, 16, 17, 70})
                     for (const bool bf16_cache : {false, true})
                         for (const int threads : {1, 2}) {
                             const int H = heads.first, Hkv = heads.second;
                             const index_t n_ctx = past + T_q;
-                            const bool tiles = amx && T_q > 4;
+                            const bool bf16_products = engine && T_q > 4;
                             INFO("H " << H << " Hkv " << Hkv << " d " << d << " past " << past << " rows " << T_q << " bf16 cache "
-                                      << bf16_cache << " threads " << threads << " AMX " << tiles);
+                                      << bf16_cache << " threads " << threads << " bf16 products " << bf16_products);
                             auto q = values(T_q * H * d, 71), k = values(n_ctx * Hkv * d, 72), v = values(n_ctx * Hkv * d, 73);
                             if (bf16_cache)  // what a bf16 cache holds
                                 for (auto* m : {&k, &v})
@@ -460,9 +463,9 @@ TEMPLATE_TEST_CASE("ops: prefill attention with bf16 or q8 weights: bf16 product
                             else
                                 P::attention(ctx, Q.m().as_const(), K.m().as_const(), V.m().as_const(), O.m(), shape, scale, scratch.v());
 
-                            // the oracle: attention in double, on the operands as the tiles see them
+                            // the oracle: attention in double, on the operands as the bf16 products see them
                             auto oq = q;
-                            if (tiles) {
+                            if (bf16_products) {
                                 for (auto& x : oq) x = to_bf16(static_cast<double>(scale * static_cast<float>(x)));
                                 for (auto* m : {&k, &v})
                                     for (auto& x : *m) x = to_bf16(x);
@@ -471,8 +474,8 @@ TEMPLATE_TEST_CASE("ops: prefill attention with bf16 or q8 weights: bf16 product
                             on<oracle> wq(octx, oq, T_q, H * d), wk(octx, k, n_ctx, Hkv * d), wv(octx, v, n_ctx, Hkv * d);
                             on<oracle> want(octx, values(T_q * H * d, 75), T_q, H * d);
                             oracle::attention(octx, wq.m().as_const(), wk.m().as_const(), wv.m().as_const(), want.m(), shape,
-                                              tiles ? 1.0 : static_cast<double>(scale), wq.v());
-                            same<P>(O.get(), want.get(), tiles ? 4e-3 : 5e-5);
+                                              bf16_products ? 1.0 : static_cast<double>(scale), wq.v());
+                            same<P>(O.get(), want.get(), bf16_products ? 4e-3 : 5e-5);
                         }
 }
 #endif

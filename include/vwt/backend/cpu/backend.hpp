@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <span>
 #include <type_traits>
 #include <utility>
@@ -32,8 +33,8 @@
 #include "../buffer.hpp"
 #include "../policy.hpp"
 #include "activation_kernels.hpp"
-#include "amx_attention.hpp"
 #include "attention_kernels.hpp"
+#include "bf16_attention.hpp"
 #include "context.hpp"
 #include "onednn_gemm.hpp"
 #include "rope_kernels.hpp"
@@ -395,21 +396,21 @@ struct backend {
 
     // ---- causal attention of one sequence
     // Keys and values may be kept in bf16 (float compute): split_qkv rounds them to the nearest
-    // bf16, attention widens them as it reads. Prefill with bf16 or q8 weights runs on AMX tiles
-    // where the CPU has them (bf16_attention).
+    // bf16, attention widens them as it reads. Prefill with bf16 or q8 weights runs its products in
+    // bf16 where the CPU has AMX tiles or AVX512_BF16 (bf16_attention).
     static constexpr bool kv_bf16 = std::is_same_v<T, float>;
     static constexpr index_t attention_tile = 64;  // query rows per score tile: bounds scratch and masked work
     // Scratch of attention(): prefill, one [tile x n_ctx] score tile per thread (and with bf16
     // keys and values, the thread's head's keys and values widened, 2 x [n_ctx x d]); decode, a
-    // score row per head; prefill on AMX tiles, a head's keys, values and a block's scores and
-    // weights in the tiles' layouts per thread (amx_attention.hpp).
+    // score row per head; prefill in bf16 products, a head's keys, values and a block's scores and
+    // weights in the engines' layouts per thread (bf16_attention.hpp).
     template <index_t D>
     static index_t attention_scratch(const context& ctx, index_t q_rows, index_t n_ctx, attention_shape<D> shape,
                                      kv_dtype kv = kv_dtype::compute) {
         const index_t threads = std::max(1, std::min(ctx.threads, shape.heads));
         index_t per_thread = attention_thread_scratch(std::min(attention_tile, std::max<index_t>(q_rows, 1)), n_ctx,
                                                       shape.head_dim.value(), kv == kv_dtype::bf16);
-        if (bf16_attention_possible(q_rows)) per_thread = std::max(per_thread, amx_thread_scratch(n_ctx, shape.head_dim.value()));
+        if (bf16_attention_possible(q_rows)) per_thread = std::max(per_thread, bf16_attention_thread_scratch(n_ctx, shape.head_dim.value()));
         return std::max<index_t>(threads * per_thread, shape.heads * n_ctx);
     }
     // q: [T x H*d] (head h at column h*d); keys, values: [n_ctx x Hkv*d] of T or bf16, the first
@@ -423,7 +424,7 @@ struct backend {
         using head_map = Eigen::Map<const head_matrix, Eigen::Unaligned, Eigen::OuterStride<>>;
         if (q.rows() == 1) return attention_decode(ctx, q, keys, values, out, shape, scale, scratch);
         if constexpr (std::is_same_v<T, float>)  // (backend<double> instantiates no float kernel)
-            if (bf16_attention(ctx, q.rows())) return attention_amx(ctx, q, keys, values, out, shape, scale, scratch);
+            if (bf16_attention(ctx, q.rows())) return attention_bf16(ctx, q, keys, values, out, shape, scale, scratch);
         if constexpr (simd_prefill_attention) return attention_prefill(ctx, q, keys, values, out, shape, scale, scratch);
         const index_t T_q = q.rows(), n_ctx = keys.rows(), past = n_ctx - T_q, d = shape.head_dim.value();
         const int group = shape.heads / shape.kv_heads;
@@ -1171,10 +1172,10 @@ private:
         });
     }
 
-    // Whether attention of `rows` query rows runs its products in bf16 on AMX tiles
-    // (amx_attention.hpp): prefill (more than gemv_rows rows) of a model with bf16 or q8 weights
-    // and automatic product precision, on a CPU with AMX. Mixed-precision training (bf16
-    // products, float weights) keeps float attention, which its backward recomputes.
+    // Whether attention of `rows` query rows runs its products in bf16 (bf16_attention.hpp):
+    // prefill (more than gemv_rows rows) of a model with bf16 or q8 weights and automatic product
+    // precision, on a CPU with AMX tiles or AVX512_BF16. Mixed-precision training (bf16 products,
+    // float weights) keeps float attention, which its backward recomputes.
     static bool bf16_attention(const context& ctx, index_t rows) {
         return ctx.products == product_precision::automatic && bf16_attention_possible(rows);
     }
@@ -1182,38 +1183,42 @@ private:
     // serves another's products).
     static bool bf16_attention_possible(index_t rows) {
         if constexpr (std::is_same_v<Weight, T> || !std::is_same_v<T, float>) return false;
-        else return rows > gemv_rows && kernels::amx::available();
+        else return rows > gemv_rows && kernels::bf16_attention::fastest_engine().has_value();
     }
-    // Scratch of one AMX attention thread, in elements of T (whole cache lines, so that the next
+    // Scratch of one bf16 attention thread, in elements of T (whole cache lines, so that the next
     // thread's starts on one).
-    static index_t amx_thread_scratch(index_t n_ctx, index_t d) {
-        return kernels::amx::head_layout{n_ctx, d}.scratch_bytes() / index_t(sizeof(T));
+    static index_t bf16_attention_thread_scratch(index_t n_ctx, index_t d) {
+        return kernels::bf16_attention::head_layout{n_ctx, d}.scratch_bytes() / index_t(sizeof(T));
     }
-    // Prefill attention on AMX tiles: each thread takes its block of heads (heads_of_thread), packs a head's keys
-    // and values into the tiles' layouts once per KV group, and runs its query rows in blocks of 16.
+    // Prefill attention in bf16 products: each thread takes its block of heads (heads_of_thread),
+    // packs a head's keys and values into the engines' layouts once per KV group, and runs its
+    // query rows in blocks of 16, on AMX tiles where the process may use them, else on vdpbf16ps.
     template <index_t D, class E>
-    static void attention_amx(const context& ctx, mat<const T> q, mat<const E> keys, mat<const E> values, mat<T> out,
-                              attention_shape<D> shape, T scale, vec<T> scratch) {
-#if defined(VWT_AMX_ATTENTION)
+    static void attention_bf16(const context& ctx, mat<const T> q, mat<const E> keys, mat<const E> values, mat<T> out,
+                               attention_shape<D> shape, T scale, vec<T> scratch) {
+#if defined(VWT_BF16_ATTENTION)
+        namespace kb = kernels::bf16_attention;
+        const kb::engine products = *kb::fastest_engine();
         const index_t T_q = q.rows(), n_ctx = keys.rows(), d = shape.head_dim.value();
         const int group = shape.heads / shape.kv_heads;
-        const kernels::amx::head_layout layout{n_ctx, d};
-        const index_t per_thread = amx_thread_scratch(n_ctx, d);
+        const kb::head_layout layout{n_ctx, d};
+        const index_t per_thread = bf16_attention_thread_scratch(n_ctx, d);
         const int threads = scratch_threads(std::min(ctx.threads, shape.heads), per_thread, scratch, "attention");
         parallel_for(threads, threads, [&](index_t t) {
-            const kernels::amx::head_scratch work(reinterpret_cast<std::byte*>(scratch.data() + t * per_thread), layout);
-            const kernels::amx::tiles tiles;
+            const kb::head_scratch work(reinterpret_cast<std::byte*>(scratch.data() + t * per_thread), layout);
+            std::optional<kb::tiles> tiles;
+            if (products == kb::engine::tiles) tiles.emplace();
             int packed_group = -1;
             const auto [h0, h1] = heads_of_thread(t, threads, shape.heads);
             for (int h = h0; h < h1; ++h) {
                 const int g = h / group;
                 if (g != packed_group) {
-                    kernels::amx::pack_keys(keys.data() + g * d, keys.stride(), layout, work.keys);
-                    kernels::amx::pack_values(values.data() + g * d, values.stride(), layout, work.values);
+                    kb::pack_keys(keys.data() + g * d, keys.stride(), layout, work.keys);
+                    kb::pack_values(values.data() + g * d, values.stride(), layout, work.values);
                     packed_group = g;
                 }
-                kernels::amx::attend_head(q.data() + h * d, q.stride(), T_q, n_ctx - T_q, scale, layout, work, out.data() + h * d,
-                                          out.stride());
+                kb::attend_head(products, q.data() + h * d, q.stride(), T_q, n_ctx - T_q, scale, layout, work, out.data() + h * d,
+                                out.stride());
             }
         });
 #else

@@ -1,22 +1,29 @@
-// The CPU policy's prefill attention on AMX tiles (Intel Xeon since Sapphire Rapids), for models
-// whose weights are bf16 or q8: the score and value products in bf16 with float sums, the softmax in
-// float. One head at a time, query rows in blocks of 16 (one tile's rows): the block's scores
-// against the keys it sees (16 at a time, one 16 x 16 float tile each), a causal softmax of each
-// row rounded to bf16, then the weighted sum of values (32 keys by 16 columns per tile product).
+// The CPU policy's prefill attention in bf16 products, for models whose weights are bf16 or q8: the
+// score and value products in bf16 with float sums, the softmax in float. Two engines run the
+// products, chosen at run time: AMX tiles (Intel Xeon since Sapphire Rapids) and, on CPUs with
+// AVX512_BF16 but no tiles (AMD Zen 4 and later, Intel Cooper Lake), vdpbf16ps, which sums 16
+// pairs of bf16 products into 16 floats per instruction, twice the float FMA's products. Both
+// read the same layouts. One head at a time, query rows in blocks of 16 (one tile's rows): the
+// block's scores against the keys it sees (16 at a time), a causal softmax of each row rounded to
+// bf16, then the weighted sum of values (32 keys at a time).
 //
-// Numbers (docs/semantics-decisions.md, "Attention in bf16 on AMX tiles"): each query is scaled,
-// then rounded to bf16; keys and values are rounded to bf16 (a bf16 KV cache is read as it is); the
+// Numbers (docs/semantics-decisions.md, "Attention in bf16 products"): each query is scaled, then
+// rounded to bf16; keys and values are rounded to bf16 (a bf16 KV cache is read as it is); the
 // softmax's exponentials, e^(s - max) in (0, 1], are rounded to bf16 as the weights of the values,
-// and each output row is divided by the float sum of the exponentials.
+// and each output row is divided by the float sum of the exponentials. The engines differ only in
+// the order of the float sums.
 //
-// The tile instructions are compiled into functions of their own (target attributes), so that the
-// build needs no AMX flags; whether they run is decided at run time by available().
+// The bf16 and tile instructions are compiled into functions of their own (target attributes), so
+// that the build needs no such flags; which run is decided at run time (tiles_available(),
+// dots_available()).
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <optional>
 #include <type_traits>
 
 #include "../../tensor/bf16.hpp"
@@ -26,14 +33,17 @@
 
 #if defined(__x86_64__) && defined(__linux__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
     (defined(__clang__) || defined(__GNUC__))
-#define VWT_AMX_ATTENTION 1
+#define VWT_BF16_ATTENTION 1
 #include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
 
-namespace vwt::cpu::kernels::amx {
+namespace vwt::cpu::kernels::bf16_attention {
+
+// What runs the score and value products.
+enum class engine { tiles, dots };
 
 // The layout of one head's operands in the tiles' shapes, and the scratch one thread needs. Keys
 // are padded with zeros to whole 32-key chunks, head dims to whole 32-dim chunks (a tile row of
@@ -84,12 +94,12 @@ struct head_scratch {
     }
 };
 
-#if defined(VWT_AMX_ATTENTION)
-// Whether this process can run the kernels below: the CPU reports AMX-TILE and AMX-BF16 (CPUID
+#if defined(VWT_BF16_ATTENTION)
+// Whether this process can run the tile products: the CPU reports AMX-TILE and AMX-BF16 (CPUID
 // leaf 7, EDX bits 24 and 22) and AVX512_BF16 (leaf 7.1, EAX bit 5: the roundings), and Linux
 // grants the process the tiles' register state (arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA)).
 // Asked once: both last as long as the process.
-inline bool available() {
+inline bool tiles_available() {
     static const bool granted = [] {
         unsigned a = 0, b = 0, c = 0, d = 0;
         if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
@@ -99,6 +109,8 @@ inline bool available() {
     }();
     return granted;
 }
+// Whether the CPU has vdpbf16ps and the roundings (AVX512_BF16).
+inline bool dots_available() { return has_avx512_bf16(); }
 
 namespace detail {
 using kernels::detail::first_lanes;  // a mask of the first n of 16 lanes
@@ -344,6 +356,84 @@ __attribute__((target("amx-tile,amx-bf16"))) inline void value_tiles(const bf16*
 }
 
 namespace detail {
+// The bf16 pair at p (two consecutive bf16, 32 bits) in every 32-bit lane.
+__attribute__((target("avx512bf16"))) inline __m512bh broadcast_pair(const bf16* p) {
+    std::int32_t bits;
+    std::memcpy(&bits, p, sizeof bits);
+    return reinterpret_cast<__m512bh>(_mm512_set1_epi32(bits));
+}
+// Where pair_products finds its operands: `runs` runs of `run_pairs` pair steps. Row r's pair k
+// of a is at a + r * lda + 2 k (a row of consecutive pairs); block c's 16 pairs of step k of run g
+// at b + c * ldb + g * run_stride + k * 32 (each step one 64-byte row).
+struct pair_operands {
+    const bf16* a;
+    index_t lda;
+    const bf16* b;
+    index_t ldb, runs, run_pairs, run_stride;
+};
+// out[r][16 c + i] = the sum over all steps of the pair products of a's row r and b's block c,
+// lane i, for R rows and C blocks: R x C sums in registers, each loaded block and broadcast pair
+// serving several products.
+template <int R, int C>
+__attribute__((target("avx512bf16"))) inline void pair_products(const pair_operands& o, float* out, index_t ldo) {
+    __m512 acc[R][C];
+    for (auto& row : acc)
+        for (auto& x : row) x = _mm512_setzero_ps();
+    for (index_t g = 0; g < o.runs; ++g) {
+        const bf16* a = o.a + 2 * g * o.run_pairs;
+        const bf16* b = o.b + g * o.run_stride;
+        for (index_t k = 0; k < o.run_pairs; ++k) {
+            __m512bh v[C];
+            for (int c = 0; c < C; ++c) v[c] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(b + c * o.ldb + 32 * k));
+            for (int r = 0; r < R; ++r) {
+                const __m512bh w = broadcast_pair(a + r * o.lda + 2 * k);
+                for (int c = 0; c < C; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], w, v[c]);
+            }
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; ++c) _mm512_storeu_ps(out + r * ldo + 16 * c, acc[r][c]);
+}
+// pair_products over `rows` rows (<= 16) and `blocks` blocks: up to 8 rows and `widest` blocks
+// (at most 3: 8 x 3 sums, 3 blocks and a broadcast fill 28 of the 32 registers) at a time.
+template <int widest>
+__attribute__((target("avx512bf16"))) inline void pair_products_over(pair_operands o, index_t rows, index_t blocks, float* out, index_t ldo) {
+    static_assert(widest >= 1 && widest <= 3);
+    const pair_operands whole = o;
+    for (index_t r0 = 0; r0 < rows; r0 += 8)
+        for (index_t c0 = 0; c0 < blocks; c0 += widest) {
+            o.a = whole.a + r0 * whole.lda;
+            o.b = whole.b + c0 * whole.ldb;
+            float* to = out + r0 * ldo + 16 * c0;
+            const index_t m = std::min<index_t>(widest, blocks - c0);
+            kernels::detail::with_rows(std::min<index_t>(8, rows - r0), [&]<int R>() {
+                if constexpr (widest >= 3)
+                    if (m == 3) return pair_products<R, 3>(o, to, ldo);
+                if constexpr (widest >= 2)
+                    if (m == 2) return pair_products<R, 2>(o, to, ldo);
+                pair_products<R, 1>(o, to, ldo);
+            });
+        }
+}
+}  // namespace detail
+
+// score_tiles' scores by vdpbf16ps, for the first `rows` query rows only (the rest of s.scores is
+// not written); the pairs of dims past d, zero in both operands, are skipped.
+__attribute__((target("avx512bf16"))) inline void score_dots(const bf16* queries, const bf16* kp, const head_layout& l, index_t key_blocks,
+                                                             index_t rows, float* scores) {
+    const detail::pair_operands o{queries, l.dims(), kp, l.pairs() * 32, 1, (l.d + 1) / 2, 0};
+    detail::pair_products_over<2>(o, rows, key_blocks, scores, l.keys());
+}
+// value_tiles' outputs by vdpbf16ps, for the first `rows` rows only: per chunk of 32 keys, 16
+// steps of a pair of keys (the chunk's rows of pack_values' layout).
+__attribute__((target("avx512bf16"))) inline void value_dots(const bf16* weights, const bf16* vp, const head_layout& l, index_t key_chunks,
+                                                             index_t rows, float* outputs) {
+    const index_t blocks = l.value_blocks();
+    const detail::pair_operands o{weights, l.keys(), vp, 16 * 32, key_chunks, 16, blocks * 16 * 32};
+    detail::pair_products_over<3>(o, rows, blocks, outputs, blocks * 16);
+}
+
+namespace detail {
 // 2^t for t <= 0, to a relative 6e-5 (far inside bf16's half step of 2^-9, which is all the
 // result keeps): t = n + f with n an integer and |f| <= 1/2, 2^f = e^(f ln2) by its Taylor
 // polynomial of degree 4, times 2^n (which is 0 for the most negative t).
@@ -414,10 +504,11 @@ __attribute__((target("avx512bf16"))) inline void softmax_block_bf16(const float
 
 // Causal attention of one head: query rows [0, rows) of q (row stride ldq, query i at position
 // past + i, seeing keys 0 .. past + i) against keys and values packed in s.keys and s.values;
-// out[i][c] for c < d, row stride ldo. The calling thread holds `tiles` for l.
-__attribute__((target("amx-tile,amx-bf16,avx512bf16"))) inline void attend_head(const float* q, index_t ldq, index_t rows, index_t past,
-                                                                                  float scale, const head_layout& l, const head_scratch& s,
-                                                                                  float* out, index_t ldo) {
+// out[i][c] for c < d, row stride ldo; the products on `products` (with the tiles, the calling
+// thread holds `tiles`).
+__attribute__((target("avx512bf16"))) inline void attend_head(engine products, const float* q, index_t ldq, index_t rows, index_t past,
+                                                              float scale, const head_layout& l, const head_scratch& s, float* out,
+                                                              index_t ldo) {
     const index_t keys = l.keys(), ldo_tile = l.value_blocks() * 16;
     for (index_t r0 = 0; r0 < rows; r0 += 16) {
         const index_t block = std::min<index_t>(16, rows - r0), visible = past + r0 + block;
@@ -429,11 +520,13 @@ __attribute__((target("amx-tile,amx-bf16,avx512bf16"))) inline void attend_head(
                 _mm_prefetch(reinterpret_cast<const char*>(out + r * ldo + c), _MM_HINT_T0);
             }
         pack_queries(q + r0 * ldq, ldq, block, scale, l, s.queries);
-        score_tiles(s.queries, s.keys, l, (visible + 15) / 16, s.scores);
+        if (products == engine::tiles) score_tiles(s.queries, s.keys, l, (visible + 15) / 16, s.scores);
+        else score_dots(s.queries, s.keys, l, (visible + 15) / 16, block, s.scores);
         const index_t chunks = (visible + 31) / 32;
         float sums[16];
         softmax_block_bf16(s.scores, keys, block, past + r0 + 1, chunks * 32, s.weights, sums);
-        value_tiles(s.weights, s.values, l, chunks, s.outputs);
+        if (products == engine::tiles) value_tiles(s.weights, s.values, l, chunks, s.outputs);
+        else value_dots(s.weights, s.values, l, chunks, block, s.outputs);
         for (index_t r = 0; r < block; ++r) {
             const float inverse = 1.0f / sums[r];
             const float* o = s.outputs + r * ldo_tile;
@@ -444,7 +537,15 @@ __attribute__((target("amx-tile,amx-bf16,avx512bf16"))) inline void attend_head(
     }
 }
 #else
-inline bool available() { return false; }
+inline bool tiles_available() { return false; }
+inline bool dots_available() { return false; }
 #endif
 
-}  // namespace vwt::cpu::kernels::amx
+// The engine this process runs bf16 attention on: the tiles where both can run, none where neither.
+inline std::optional<engine> fastest_engine() {
+    if (tiles_available()) return engine::tiles;
+    if (dots_available()) return engine::dots;
+    return std::nullopt;
+}
+
+}  // namespace vwt::cpu::kernels::bf16_attention
