@@ -127,7 +127,8 @@ struct backend {
     // matmul_nt of up to gemv_rows rows (decode): kernels::gemv_nt on each thread's slice of the
     // weight's rows (one slice per thread measured faster than 4 handed out as threads finish).
     // Against q8 weights the activations are quantized to q8 blocks once for all threads, against
-    // bf16 weights rounded to bf16 into the context's cache (see product_precision).
+    // bf16 weights rounded to bf16, both into the context's cache under its lock (see
+    // product_precision): decode allocates nothing after its first step.
     static void gemv_nt(const context& ctx, mat<const T> x, mat<const Weight> w, mat<T> y, T alpha, T beta) {
         const index_t n = w.rows();
         const int threads = std::max(1, std::min<int>(ctx.threads, static_cast<int>((n + 63) / 64)));
@@ -149,7 +150,9 @@ struct backend {
             }
         if constexpr (std::is_same_v<Weight, q8_block>)
             if (ctx.products == product_precision::automatic) {
-                std::vector<q8_block> quantized(static_cast<std::size_t>(x.rows() * w.cols()));
+                const std::scoped_lock lock(ctx.cache->mutex());
+                auto& quantized = ctx.cache->q8_operand();
+                quantized.resize(static_cast<std::size_t>(x.rows() * w.cols()));
                 for (index_t r = 0; r < x.rows(); ++r) kernels::quantize_row(x.row(r), x.cols(), quantized.data() + r * w.cols());
                 return slices(mat<const q8_block>{quantized.data(), x.rows(), w.cols(), w.cols()});
             }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "../../tensor/bf16.hpp"
+#include "../../tensor/q8.hpp"
 #include "../buffer.hpp"
 
 namespace vwt::cpu {
@@ -42,7 +43,7 @@ enum class product_shapes {
 };
 
 // The oneDNN primitives that bf16 products create, one per shape, the bf16 copies of their float
-// operands and a dense output buffer, kept between calls. Copies of a context share one cache; a product holds its
+// operands, a dense output buffer and decode's activations quantized to q8 blocks, kept between calls. Copies of a context share one cache; a product holds its
 // lock while it runs, so threads that share a context run their bf16 products one at a time. The
 // entries are type-erased, so this type is the same whether or not the build has oneDNN.
 class product_cache {
@@ -68,6 +69,7 @@ public:
     using buffer = std::vector<T, std_allocator<T>>;
     buffer<bf16>& operand(int i) { return operands_[i]; }
     buffer<float>& dense_output() { return dense_output_; }  // a product's output before it is added into a strided one
+    buffer<q8_block>& q8_operand() { return q8_operand_; }    // decode's rows of activations against q8 weights
     std::mutex& mutex() { return mutex_; }
     std::size_t size() const { return entries_.size(); }
 
@@ -77,6 +79,7 @@ private:
     std::vector<std::pair<key, std::shared_ptr<void>>> entries_;
     std::array<buffer<bf16>, 2> operands_;
     buffer<float> dense_output_;
+    buffer<q8_block> q8_operand_;
 };
 
 // Keep one context and pass it to every call: a new context starts with an empty cache, so its
