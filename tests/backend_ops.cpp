@@ -84,6 +84,8 @@ std::vector<double> random_values(std::size_t n, std::uint32_t seed, double scal
     return v;
 }
 std::vector<double> values(index_t n, std::uint32_t seed, double scale = 1.0) { return random_values(static_cast<std::size_t>(n), seed, scale); }
+// x rounded to the nearest bf16 (through float), as a bf16 operand holds it.
+double rounded_to_bf16(double x) { return static_cast<double>(static_cast<float>(vwt::bf16(static_cast<float>(x)))); }
 
 // max |got - want| <= tol * max(1, max |want|): float policies to single precision, double ones
 // (and the oracle against itself) to double.
@@ -366,7 +368,6 @@ TEMPLATE_TEST_CASE("ops: keys and values kept in bf16 are rounded by split_qkv a
     STATIC_REQUIRE(vwt::supports_kv_bf16<TestType>);
     STATIC_REQUIRE(!vwt::supports_kv_bf16<vwt::cuda::emulated_backend<float>>);
     using P = TestType;
-    const auto round = [](double x) { return static_cast<double>(static_cast<float>(vwt::bf16(static_cast<float>(x)))); };
     for (const auto& heads : std::vector<std::pair<int, int>>{{4, 4}, {6, 2}})
         for (const index_t d : {8, 22})
             for (const index_t past : {0, 37})
@@ -397,8 +398,8 @@ TEMPLATE_TEST_CASE("ops: keys and values kept in bf16 are rounded by split_qkv a
                                 for (index_t c = 0; c < d; ++c) {
                                     const auto at = [&](index_t col) { return qkv[static_cast<std::size_t>(r * cols + g * (G + 2) * d + col)]; };
                                     const auto i = static_cast<std::size_t>(r * Hkv * d + g * d + c);
-                                    k[i] = round(at(G * d + c));
-                                    v[i] = round(at((G + 1) * d + c));
+                                    k[i] = rounded_to_bf16(at(G * d + c));
+                                    v[i] = rounded_to_bf16(at((G + 1) * d + c));
                                     k_bits[i] = vwt::bf16(static_cast<float>(at(G * d + c))).bits;
                                     v_bits[i] = vwt::bf16(static_cast<float>(at((G + 1) * d + c))).bits;
                                     if (r < past) continue;
@@ -435,7 +436,6 @@ TEMPLATE_TEST_CASE("ops: prefill attention with bf16 or q8 weights: bf16 product
     const auto engine = kb::fastest_engine();
     if (!engine) WARN("neither AMX nor AVX512_BF16 on this CPU: prefill attention checked in float only");
     else WARN("bf16 attention products on " << (*engine == kb::engine::tiles ? "AMX tiles" : "vdpbf16ps"));
-    const auto to_bf16 = [](double x) { return static_cast<double>(static_cast<float>(vwt::bf16(static_cast<float>(x)))); };
     const float scale = 0.3f;
     for (const auto& heads : std::vector<std::pair<int, int>>{{4, 4}, {6, 2}})
         for (const index_t d : {12, 13, 40, 64, 72, 130})
@@ -451,7 +451,7 @@ TEMPLATE_TEST_CASE("ops: prefill attention with bf16 or q8 weights: bf16 product
                             auto q = values(T_q * H * d, 71), k = values(n_ctx * Hkv * d, 72), v = values(n_ctx * Hkv * d, 73);
                             if (bf16_cache)  // what a bf16 cache holds
                                 for (auto* m : {&k, &v})
-                                    for (auto& x : *m) x = to_bf16(x);
+                                    for (auto& x : *m) x = rounded_to_bf16(x);
                             const vwt::attention_shape<> shape{H, Hkv, vwt::extent<vwt::dynamic_extent>(d)};
                             const auto ctx = context_of<P>(threads);
                             on<P> Q(ctx, q, T_q, H * d, 3), O(ctx, values(T_q * H * d, 74), T_q, H * d, 1);
@@ -468,9 +468,9 @@ TEMPLATE_TEST_CASE("ops: prefill attention with bf16 or q8 weights: bf16 product
                             // the oracle: attention in double, on the operands as the bf16 products see them
                             auto oq = q;
                             if (bf16_products) {
-                                for (auto& x : oq) x = to_bf16(static_cast<double>(scale * static_cast<float>(x)));
+                                for (auto& x : oq) x = rounded_to_bf16(static_cast<double>(scale * static_cast<float>(x)));
                                 for (auto* m : {&k, &v})
-                                    for (auto& x : *m) x = to_bf16(x);
+                                    for (auto& x : *m) x = rounded_to_bf16(x);
                             }
                             const auto octx = context_of<oracle>(1);
                             on<oracle> wq(octx, oq, T_q, H * d), wk(octx, k, n_ctx, Hkv * d), wv(octx, v, n_ctx, Hkv * d);
@@ -498,7 +498,6 @@ TEST_CASE("bf16 attention: each engine the CPU has equals attention in double ov
         WARN("neither AMX nor AVX512_BF16 on this CPU: no bf16 attention engine to check");
         return;
     }
-    const auto rounded = [](double x) { return static_cast<double>(static_cast<float>(vwt::bf16(static_cast<float>(x)))); };
     const float scale = 0.37f;
     for (const auto products : engines)
         for (const index_t d : {7, 13, 40, 72, 97})
@@ -526,7 +525,7 @@ TEST_CASE("bf16 attention: each engine the CPU has equals attention in double ov
                         for (index_t j = 0; j < seen; ++j) {
                             double dot = 0;
                             for (index_t c = 0; c < d; ++c)
-                                dot += rounded(static_cast<double>(scale * qf[static_cast<std::size_t>(i * ldq + c)])) * rounded(k[static_cast<std::size_t>(j * d + c)]);
+                                dot += rounded_to_bf16(static_cast<double>(scale * qf[static_cast<std::size_t>(i * ldq + c)])) * rounded_to_bf16(k[static_cast<std::size_t>(j * d + c)]);
                             s[static_cast<std::size_t>(j)] = dot;
                         }
                         const double top = *std::max_element(s.begin(), s.end());
@@ -534,7 +533,7 @@ TEST_CASE("bf16 attention: each engine the CPU has equals attention in double ov
                         for (auto& x : s) sum += x = std::exp(x - top);
                         for (index_t c = 0; c < d; ++c) {
                             double o = 0;
-                            for (index_t j = 0; j < seen; ++j) o += rounded(s[static_cast<std::size_t>(j)]) * rounded(v[static_cast<std::size_t>(j * d + c)]);
+                            for (index_t j = 0; j < seen; ++j) o += rounded_to_bf16(s[static_cast<std::size_t>(j)]) * rounded_to_bf16(v[static_cast<std::size_t>(j * d + c)]);
                             o /= sum;
                             largest = std::max(largest, std::abs(o));
                             worst = std::max(worst, std::abs(o - out[static_cast<std::size_t>(i * ldo + c)]));

@@ -140,22 +140,21 @@ struct backend {
                 if (begin < end) kernels::gemv_nt(operand, x.cols(), w.rows_range(begin, end), y.cols_range(begin, end), alpha, beta);
             });
         };
+        // ... with x's rows converted by convert_row into `buffer`, the context's (under its lock),
+        // each w.cols() items long
+        const auto converted = [&](auto& buffer, auto convert_row) {
+            const std::scoped_lock lock(ctx.cache->mutex());
+            buffer.resize(static_cast<std::size_t>(x.rows() * w.cols()));
+            for (index_t r = 0; r < x.rows(); ++r) convert_row(x.row(r), x.cols(), buffer.data() + r * w.cols());
+            using item = typename std::remove_reference_t<decltype(buffer)>::value_type;
+            slices(mat<const item>{buffer.data(), x.rows(), w.cols(), w.cols()});
+        };
         if constexpr (std::is_same_v<T, float> && std::is_same_v<Weight, bf16>)
-            if (ctx.products == product_precision::automatic) {
-                const std::scoped_lock lock(ctx.cache->mutex());
-                auto& rounded = ctx.cache->operand(0);
-                rounded.resize(static_cast<std::size_t>(x.rows() * x.cols()));
-                for (index_t r = 0; r < x.rows(); ++r) kernels::round_to_bf16(x.row(r), x.cols(), rounded.data() + r * x.cols());
-                return slices(mat<const bf16>{rounded.data(), x.rows(), x.cols(), x.cols()});
-            }
+            if (ctx.products == product_precision::automatic)
+                return converted(ctx.cache->operand(0), [](const T* row, index_t k, bf16* out) { kernels::round_to_bf16(row, k, out); });
         if constexpr (std::is_same_v<Weight, q8_block>)
-            if (ctx.products == product_precision::automatic) {
-                const std::scoped_lock lock(ctx.cache->mutex());
-                auto& quantized = ctx.cache->q8_operand();
-                quantized.resize(static_cast<std::size_t>(x.rows() * w.cols()));
-                for (index_t r = 0; r < x.rows(); ++r) kernels::quantize_row(x.row(r), x.cols(), quantized.data() + r * w.cols());
-                return slices(mat<const q8_block>{quantized.data(), x.rows(), w.cols(), w.cols()});
-            }
+            if (ctx.products == product_precision::automatic)
+                return converted(ctx.cache->q8_operand(), [](const T* row, index_t k, q8_block* out) { kernels::quantize_row(row, k, out); });
         slices(x);
     }
 
