@@ -5,8 +5,12 @@
 
 #include <bit>
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <random>
+#include <set>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include <vwt/vwt.hpp>
@@ -688,4 +692,30 @@ TEST_CASE("matmul_nt with q8 weights equals a brute-force sum over the dequantiz
                         Q::matmul_nt({threads}, x.view(), wq, y.view(), alpha, beta);
                         check(y, want_default);
                     }
+}
+
+// What the kernels ask CPUID for (the vendor, which decides whether decode asks for weights ahead
+// of use; AVX512_BF16), against Linux's own reading of CPUID in /proc/cpuinfo.
+TEST_CASE("cpu features: the vendor and AVX512_BF16 agree with /proc/cpuinfo") {
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    if (!cpuinfo) {
+        WARN("no /proc/cpuinfo here: nothing to compare the CPUID answers with");
+        return;
+    }
+    std::string line, vendor;
+    std::set<std::string> flags;
+    bool flags_seen = false;
+    while (std::getline(cpuinfo, line)) {
+        const auto colon = line.find(':');
+        if (colon == std::string::npos) continue;
+        std::istringstream value(line.substr(colon + 1));
+        if (vendor.empty() && line.rfind("vendor_id", 0) == 0) value >> vendor;
+        if (!flags_seen && line.rfind("flags", 0) == 0) {
+            for (std::string flag; value >> flag;) flags.insert(flag);
+            flags_seen = true;
+        }
+    }
+    INFO("vendor_id " << vendor);
+    CHECK(vwt::cpu::kernels::is_intel_cpu() == (vendor == "GenuineIntel"));
+    if (flags_seen) CHECK(vwt::cpu::kernels::has_avx512_bf16() == (flags.count("avx512_bf16") > 0));
 }

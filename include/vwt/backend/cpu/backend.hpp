@@ -1094,10 +1094,13 @@ private:
             const auto [h0, h1] = heads_of_thread(t, threads, shape.heads);
             const auto scores = [&](int h) { return Eigen::Map<row>(scratch.data() + h * n_ctx, n_ctx); };
             index_t j = 0;
-            if constexpr (std::is_same_v<T, float>)  // 16 keys at a time, reduced together
+            if constexpr (std::is_same_v<T, float>)  // 16 keys at a time, reduced together; the next 16 asked for ahead
                 for (; j + 16 <= n_ctx; j += 16)
-                    for (int h = h0; h < h1; ++h)
-                        kernels::dot16(keys.row(j) + (h / group) * d, keys.stride(), q.row(0) + h * d, d, scratch.data() + h * n_ctx + j);
+                    for (int h = h0; h < h1; ++h) {
+                        const E* k = keys.row(j) + (h / group) * d;
+                        if (j + 32 <= n_ctx) kernels::prefetch_rows(k + 16 * keys.stride(), keys.stride(), 16, d);
+                        kernels::dot16(k, keys.stride(), q.row(0) + h * d, d, scratch.data() + h * n_ctx + j);
+                    }
             for (; j < n_ctx; ++j)
                 for (int h = h0; h < h1; ++h) scratch[h * n_ctx + j] = head_dot(keys.row(j) + (h / group) * d, q.row(0) + h * d, d);
             for (int h = h0; h < h1; ++h) {
@@ -1113,6 +1116,7 @@ private:
                 for (int h = h0; h < h1; ++h) {
                     const T* p = scratch.data() + h * n_ctx + j0;
                     const E* v = values.row(j0) + (h / group) * d;
+                    if (j0 + 2 * block <= n_ctx) kernels::prefetch_rows(v + block * values.stride(), values.stride(), block, d);
                     if constexpr (std::is_same_v<T, float>) kernels::weighted_row_sum(p, v, values.stride(), rows, o + h * d, d);
                     else
                         for (index_t i = 0; i < rows; ++i)

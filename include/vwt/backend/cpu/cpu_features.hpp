@@ -22,4 +22,19 @@ inline bool has_avx512_bf16() {
 #endif
 }
 
+// Whether the CPU says it is Intel's (CPUID leaf 0: "GenuineIntel"), for choices measured to
+// differ between vendors' cores. Asked once.
+inline bool is_intel_cpu() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    static const bool intel = [] {
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        // the vendor string is EBX, EDX, ECX: "Genu", "ineI", "ntel" as little-endian words
+        return __get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu;
+    }();
+    return intel;
+#else
+    return false;
+#endif
+}
+
 }  // namespace vwt::cpu::kernels
