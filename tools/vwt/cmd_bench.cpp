@@ -1,7 +1,9 @@
 // `vwt bench`: prefill and decode speed of a model directory or of a preset with random weights
 // (and, with --twin, of its parameter-matched uniform twin), in the terms of llama.cpp's
-// llama-bench (pp = a prompt of N tokens in one call, tg = N tokens generated one at a time after
-// it, each at a KV depth of --depth earlier tokens), so that both run the same shapes side by side.
+// llama-bench (pp = a prompt of N tokens in one call, tg = N tokens generated one at a time; each
+// test on its own after --depth earlier tokens, so tg does not follow the prompt), so that both
+// run the same shapes side by side.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iomanip>
@@ -62,31 +64,34 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// pp and tg of one model: each repetition starts from an empty cache, fills --depth tokens
-// (untimed), times the prompt in one append, then times --gen single-token appends.
+// pp and tg of one model, each test as llama-bench runs it: every repetition starts from an empty
+// cache and fills --depth tokens (untimed), then times the prompt in one append (pp), or, from the
+// same depth again, --gen single-token appends (tg).
 template <class B>
 std::vector<bench_row> bench_model(const model<B>& m, const std::string& name, const bench_options& o,
                                    const typename B::context& ctx) {
-    const int capacity = o.depth + o.prompt + o.gen;
+    const int capacity = o.depth + std::max(o.prompt, o.gen);
     session<model<B>> s(m, ctx, capacity, 0, o.device.kv_dtype());
     std::vector<int> tokens(static_cast<std::size_t>(capacity));
     for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int>((i * 7919 + 13) % static_cast<std::size_t>(m.vocab()));
     const auto part = [&](int begin, int n) { return std::span<const int>(tokens).subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(n)); };
+    const auto at_depth = [&] {
+        s.clear();
+        if (o.depth > 0) s.append(ctx, part(0, o.depth));
+    };
     const std::string at = o.depth > 0 ? " @ d" + std::to_string(o.depth) : "";
     bench_row pp{name, "pp" + std::to_string(o.prompt) + at, o.prompt, {}}, tg{name, "tg" + std::to_string(o.gen) + at, o.gen, {}};
     for (int rep = -1; rep < o.reps; ++rep) {  // repetition -1 warms up (page faults, caches) and is not reported
-        s.clear();
-        if (o.depth > 0) s.append(ctx, part(0, o.depth));
         if (o.prompt > 0) {
+            at_depth();
             const auto t0 = std::chrono::steady_clock::now();
             s.append(ctx, part(o.depth, o.prompt));
             if (rep >= 0) pp.samples.push_back(o.prompt / seconds_since(t0));
         }
         if (o.gen > 0) {
-            if (o.prompt == 0 && o.depth == 0) s.append(ctx, part(0, 1));  // decode needs a token before it
-            const int first = s.length();
+            at_depth();
             const auto t0 = std::chrono::steady_clock::now();
-            for (int i = 0; i < o.gen; ++i) s.append(ctx, part(std::min(first + i, capacity - 1), 1));
+            for (int i = 0; i < o.gen; ++i) s.append(ctx, part(o.depth + i, 1));
             if (rep >= 0) tg.samples.push_back(o.gen / seconds_since(t0));
         }
     }
@@ -105,8 +110,8 @@ void add_bench_command(CLI::App& app) {
     o->schedule.add_to(*cmd);
     cmd->add_option("--seed", o->seed, "seed of the random weights of a preset");
     cmd->add_option("--prompt", o->prompt, "prompt tokens, processed in one call (pp); 0 skips");
-    cmd->add_option("--gen", o->gen, "tokens generated one at a time after the prompt (tg); 0 skips");
-    cmd->add_option("--depth", o->depth, "tokens already in the KV cache before the prompt");
+    cmd->add_option("--gen", o->gen, "tokens generated one at a time after --depth tokens (tg; as in llama-bench, not after the prompt); 0 skips");
+    cmd->add_option("--depth", o->depth, "tokens already in the KV cache before the prompt and before the generated tokens");
     cmd->add_option("--reps", o->reps, "repetitions (after one warm-up); mean and standard deviation are reported");
     cmd->add_flag("--twin", o->twin, "also the parameter-matched uniform twin (every layer at the hidden width)");
     cmd->add_flag("--json", o->json, "print a JSON array instead of a table");
@@ -129,9 +134,9 @@ void add_bench_command(CLI::App& app) {
             initialize_parameters(loaded.config, parameter_layout(loaded.config), o->seed, loaded.params);
         }
         const auto& s = loaded.config.schedule;
-        const long long needed = static_cast<long long>(o->depth) + o->prompt + o->gen + (o->prompt == 0 && o->depth == 0 ? 1 : 0);
+        const long long needed = static_cast<long long>(o->depth) + std::max(o->prompt, o->gen);
         if (needed > s.dims.context)
-            detail::fail("--depth + --prompt + --gen: ", needed, " tokens exceed the model's context of ", s.dims.context);
+            detail::fail("--depth + the larger of --prompt and --gen: ", needed, " tokens exceed the model's context of ", s.dims.context);
         std::optional<io::loaded_model> twin;
         if (o->twin) {
             twin.emplace();
