@@ -43,7 +43,9 @@ VWT_TORCH_PYTHON="$py" "$build/bench/bench_training" --benchmark_filter='vwt_tra
 import json, os, sys
 out, threads = sys.argv[1], sys.argv[2]
 print(f"same session, {threads} threads, dense_200m shapes with vocab 4096; tokens/s, mean of 5 repetitions")
-print(f"{'test':6} {'format':6} {'vwt ><former':>13} {'vwt uniform':>12} {'llama.cpp':>10} {'><former / llama.cpp':>21}")
+# llama.cpp runs the uniform twin: "uniform / llama.cpp" compares the same shape, "><former /
+# llama.cpp" the x-shaped model of the same parameters
+print(f"{'test':6} {'format':6} {'vwt ><former':>13} {'vwt uniform':>12} {'llama.cpp':>10} {'uniform / llama.cpp':>20} {'><former / llama.cpp':>21}")
 for vtype, ltype in (("f32", "f32"), ("bf16", "bf16"), ("q8", "q8_0")):
     vwt = json.load(open(os.path.join(out, f"vwt-{vtype}.json")))
     llama = json.load(open(os.path.join(out, f"llama-{ltype}.json")))
@@ -52,7 +54,7 @@ for vtype, ltype in (("f32", "f32"), ("bf16", "bf16"), ("q8", "q8_0")):
         u = next(r["avg_ts"] for r in vwt if r["test"] == test and r["model"].endswith("twin"))
         l = next(r["avg_ts"] for r in llama if r[key] > 0 and r[{"n_prompt": "n_gen", "n_gen": "n_prompt"}[key]] == 0)
         note = " (llama.cpp --repack 0)" if os.path.exists(os.path.join(out, f"llama-{ltype}.no-repack")) else ""
-        print(f"{test:6} {vtype:6} {x:13.1f} {u:12.1f} {l:10.1f} {x / l:20.2f}x{note}")
+        print(f"{test:6} {vtype:6} {x:13.1f} {u:12.1f} {l:10.1f} {u / l:19.2f}x {x / l:20.2f}x{note}")
 print()
 print(open(os.path.join(out, "training.txt")).read().split("summary", 1)[-1].strip())
 PY
