@@ -34,6 +34,8 @@ struct bench_options {
     int prompt = 256, gen = 64, depth = 0, reps = 5;
     bool twin = false, json = false;
     device_flags device;
+    // KV positions a repetition uses: --depth, then the prompt (pp) or the generated tokens (tg)
+    long long tokens() const { return static_cast<long long>(depth) + std::max(prompt, gen); }
 };
 
 struct bench_row {
@@ -70,7 +72,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 template <class B>
 std::vector<bench_row> bench_model(const model<B>& m, const std::string& name, const bench_options& o,
                                    const typename B::context& ctx) {
-    const int capacity = o.depth + std::max(o.prompt, o.gen);
+    const auto capacity = static_cast<int>(o.tokens());  // checked against the context, which is an int
     session<model<B>> s(m, ctx, capacity, 0, o.device.kv_dtype());
     std::vector<int> tokens(static_cast<std::size_t>(capacity));
     for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int>((i * 7919 + 13) % static_cast<std::size_t>(m.vocab()));
@@ -134,7 +136,7 @@ void add_bench_command(CLI::App& app) {
             initialize_parameters(loaded.config, parameter_layout(loaded.config), o->seed, loaded.params);
         }
         const auto& s = loaded.config.schedule;
-        const long long needed = static_cast<long long>(o->depth) + std::max(o->prompt, o->gen);
+        const long long needed = o->tokens();
         if (needed > s.dims.context)
             detail::fail("--depth + the larger of --prompt and --gen: ", needed, " tokens exceed the model's context of ", s.dims.context);
         std::optional<io::loaded_model> twin;
