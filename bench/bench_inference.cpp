@@ -519,18 +519,52 @@ BENCHMARK(paired_decode<bf16_backend, vwt::kv_dtype::bf16>)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 
+// B, but each product (the calls that run GEMMs: matmul_*, the fused SwiGLU MLP and its first
+// layer) adds its wall time to its context's `product_seconds`: what a prefill spends outside them
+// (attention, norms, RoPE, embedding, copies) measured directly, not inferred from a same-shape GEMM.
+template <class B>
+struct products_timed : B {
+    struct context : B::context {
+        mutable double product_seconds = 0;
+    };
+    template <class F>
+    static void timed(const context& c, F&& f) {
+        const auto t0 = std::chrono::steady_clock::now();
+        f();
+        c.product_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+#define VWT_BENCH_TIMED(op) \
+    template <class... A>   \
+    static void op(const context& c, A&&... a) { timed(c, [&] { B::op(c, std::forward<A>(a)...); }); }
+    VWT_BENCH_TIMED(matmul_nt)
+    VWT_BENCH_TIMED(matmul_nn)
+    VWT_BENCH_TIMED(matmul_tn)
+    VWT_BENCH_TIMED(swiglu_matmul_nt)
+    VWT_BENCH_TIMED(swiglu_mlp)
+#undef VWT_BENCH_TIMED
+};
+
 // Prefill with weights stored as B::weight_type, alternated with f32 weights: what widening costs.
 template <class B>
 void paired_prefill_format(benchmark::State& state) {
     prefill_runner<vwt::model<B>> hx(bench_model<B>(false)), hu(bench_model<B>(true));
+    prefill_runner<vwt::model<products_timed<B>>> px(bench_model<products_timed<B>>(false)), pu(bench_model<products_timed<B>>(true));
     prefill_runner<vwt::model<backend>> fx(bench_model(false));
     bf16_gemm_runner gx(bench_schedule(false)), gu(bench_schedule(true));
     const bool gemm = std::is_same_v<typename B::weight_type, vwt::bf16> && gx.present();
     double thx = 1e9, thu = 1e9, tfx = 1e9, tgx = 1e9, tgu = 1e9;
+    // the share of the fastest timed prefill spent outside its products
+    std::array<double, 2> timed_best{1e9, 1e9}, outside{0, 0};
+    const auto timed_run = [&](auto& run, int i) {
+        run.ctx.product_seconds = 0;
+        const double t = seconds_of(run);
+        if (t < timed_best[i]) timed_best[i] = t, outside[i] = 1 - run.ctx.product_seconds / t;
+        return t;
+    };
     for (auto _ : state) {
         const double a = seconds_of(hx), b = seconds_of(hu), c = seconds_of(fx);
         thx = std::min(thx, a), thu = std::min(thu, b), tfx = std::min(tfx, c);
-        double spent = a + b + c;
+        double spent = a + b + c + timed_run(px, 0) + timed_run(pu, 1);
         if (gemm) {
             const double d = seconds_of(gx), e = seconds_of(gu);
             tgx = std::min(tgx, d), tgu = std::min(tgu, e);
@@ -547,6 +581,8 @@ void paired_prefill_format(benchmark::State& state) {
     state.counters["x_GFLOPs"] = prefill_flops(bench_schedule(false), prefill_tokens) / thx / 1e9;
     state.counters["u_GFLOPs"] = prefill_flops(bench_schedule(true), prefill_tokens) / thu / 1e9;
     state.counters["x_f32_tokens_per_s"] = prefill_tokens / tfx;
+    state.counters["x_outside_products"] = outside[0];
+    state.counters["u_outside_products"] = outside[1];
 }
 BENCHMARK(paired_prefill_format<bf16_backend>)->Name("paired_prefill_format/bf16")->Iterations(12)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(paired_prefill_format<q8_backend>)->Name("paired_prefill_format/q8")->Iterations(12)->UseManualTime()->Unit(benchmark::kMillisecond);
@@ -745,7 +781,8 @@ int main(int argc, char** argv) {
                 if (const double g = counter(bench, (w + "_bf16_gemm_GFLOPs").c_str()); g > 0)
                     std::printf(" = %.0f%% of oneDNN's bf16 GEMM on the same shapes (%.1f GFLOP/s); the GEMMs' share of prefill %.0f%%", 100 * flops / g,
                                 g, gemm_share(w, g, h));
-                std::printf("\n");
+                std::printf("\n%-8s   time outside the products (attention, norms, RoPE, embedding, copies), timed: %.1f%%\n", "",
+                            100 * counter(bench, (w + "_outside_products").c_str()));
             }
         }
         if (const double sp = counter("paired_static_dynamic", "static_prefill_tokens_per_s"); sp > 0)
