@@ -525,6 +525,7 @@ BENCHMARK(paired_decode<bf16_backend, vwt::kv_dtype::bf16>)
 template <class B>
 struct products_timed : B {
     struct context : B::context {
+        context(int threads = 1) : B::context{threads} {}  // implicit, as the model's `const context& = {}` needs
         mutable double product_seconds = 0;
     };
     template <class F>
