@@ -20,6 +20,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <span>
 #include <type_traits>
 
 #include <vwt/vwt.hpp>
@@ -545,11 +546,28 @@ struct products_timed : B {
 #undef VWT_BENCH_TIMED
 };
 
+// bench_model<B>(uniform) run through products_timed<B>: the same parameters, borrowed rather than
+// drawn and converted again (both models are the process's, the borrowed one made first).
+template <class B>
+const vwt::model<products_timed<B>>& timed_bench_model(bool uniform) {
+    using W = typename B::weight_type;
+    const auto& base = bench_model<B>(uniform);  // before the static below, so that it is destroyed after it
+    static std::map<bool, std::unique_ptr<vwt::model<products_timed<B>>>> models;
+    auto& m = models[uniform];
+    if (!m) {
+        const auto p = base.parameters();  // only read through the timed model
+        const vwt::borrowed_parameters<W> borrowed{std::span<W>(const_cast<W*>(p.data()), static_cast<std::size_t>(p.size())),
+                                                   std::shared_ptr<void>(std::shared_ptr<void>(), const_cast<void*>(static_cast<const void*>(&base)))};
+        m = std::make_unique<vwt::model<products_timed<B>>>(base.config(), borrowed);
+    }
+    return *m;
+}
+
 // Prefill with weights stored as B::weight_type, alternated with f32 weights: what widening costs.
 template <class B>
 void paired_prefill_format(benchmark::State& state) {
     prefill_runner<vwt::model<B>> hx(bench_model<B>(false)), hu(bench_model<B>(true));
-    prefill_runner<vwt::model<products_timed<B>>> px(bench_model<products_timed<B>>(false)), pu(bench_model<products_timed<B>>(true));
+    prefill_runner<vwt::model<products_timed<B>>> px(timed_bench_model<B>(false)), pu(timed_bench_model<B>(true));
     prefill_runner<vwt::model<backend>> fx(bench_model(false));
     bf16_gemm_runner gx(bench_schedule(false)), gu(bench_schedule(true));
     const bool gemm = std::is_same_v<typename B::weight_type, vwt::bf16> && gx.present();
