@@ -259,6 +259,11 @@ TEST_CASE("bf16 products keep one oneDNN primitive per shape in the context's ca
     B::matmul_nt(ctx, x.view(), w.view(), y.view());
     CHECK(ctx.cache->size() == after_one);
 #if defined(VWT_WITH_ONEDNN)
+    if (!vwt::cpu::kernels::bf16_products_pay()) {  // float products outrun bf16 ones here: emulated in float
+        WARN("float products outrun bf16 ones on this CPU (Intel without AMX): no oneDNN bf16 primitives to check");
+        CHECK(after_one == 0);
+        return;
+    }
     CHECK(after_one == 1);  // an entry even where the CPU has no bf16 matmul (it records that)
     B::matmul_nt(ctx, x.view(), w.view(), y.view(), 0.5f);  // alpha is part of the primitive
     CHECK(ctx.cache->size() == 2);
@@ -278,6 +283,60 @@ TEST_CASE("bf16 products keep one oneDNN primitive per shape in the context's ca
     CHECK(after_one == 0);  // without oneDNN the products are emulated in float: nothing to keep
 #endif
 }
+
+#if defined(VWT_WITH_ONEDNN)
+// oneDNN's bf16 matmul and the SwiGLU products, called directly: the CPU policy runs them only where
+// bf16 products outrun float ones (kernels::bf16_products_pay), so on other CPUs only this test does.
+TEST_CASE("oneDNN's bf16 products, called directly, equal brute-force sums over operands rounded to bf16") {
+    std::mt19937 rng(13);
+    vwt::cpu::product_cache cache;
+    const auto rounded = [](const strided& s) { return [&s](vwt::index_t r, vwt::index_t c) { return nearest_bf16(static_cast<float>(s.at(r, c))); }; };
+    const auto as_bf16 = [](const strided& s) {
+        std::vector<vwt::bf16> b;
+        for (const float v : s.data) b.push_back(vwt::bf16(v));
+        return b;
+    };
+    for (const vwt::index_t k : {17, 300})
+        for (const vwt::index_t m : {5, 64})
+            for (const vwt::index_t n : {33, 130})
+                for (const int threads : {1, 2}) {
+                    INFO("k " << k << " m " << m << " n " << n << " threads " << threads);
+                    // y = 0.75 x . w^T + 0.5 y: float x rounded by the call, bf16 w, y inside wider rows
+                    strided x(m, k, rng), w(n, k, rng), y(m, n, rng);
+                    const auto w16 = as_bf16(w);
+                    const auto want = brute_force(m, n, k, rounded(x), [&, rw = rounded(w)](auto j, auto c) { return rw(c, j); }, 0.75, 0.5, y);
+                    if (!vwt::cpu::onednn::gemm_bf16(cache, threads, 'N', 'T', m, n, k, 0.75f, x.data.data(), x.stride, w16.data(), w.stride, 0.5f,
+                                                     y.data.data(), y.stride)) {
+                        WARN("oneDNN has no bf16 matmul on this CPU: nothing to check");
+                        return;
+                    }
+                    check(y, want);
+                    // act = bf16((x . u^T) * silu(x . g^T)), silu_g = silu(x . g^T)
+                    strided u(n, k, rng), g(n, k, rng);
+                    const auto u16 = as_bf16(u), g16 = as_bf16(g);
+                    std::vector<float> silu_g(static_cast<std::size_t>(m * n));
+                    std::vector<vwt::bf16> act(silu_g.size());
+                    REQUIRE(vwt::cpu::onednn::swiglu_products_bf16(cache, threads, m, n, k, x.data.data(), x.stride, u16.data(), g16.data(),
+                                                                   u.stride, silu_g.data(), act.data()));
+                    const auto rx = rounded(x), ru = rounded(u), rg = rounded(g);
+                    for (vwt::index_t r = 0; r < m; ++r)
+                        for (vwt::index_t j = 0; j < n; ++j) {
+                            double up = 0, gate = 0, up_size = 0, gate_size = 0;
+                            for (vwt::index_t c = 0; c < k; ++c) {
+                                up += rx(r, c) * ru(j, c), gate += rx(r, c) * rg(j, c);
+                                up_size += std::abs(rx(r, c) * ru(j, c)), gate_size += std::abs(rx(r, c) * rg(j, c));
+                            }
+                            const double silu = gate / (1 + std::exp(-gate)), a = up * silu;
+                            const auto i = static_cast<std::size_t>(r * n + j);
+                            INFO("row " << r << " col " << j);
+                            REQUIRE(std::abs(silu_g[i] - silu) <= 1e-5 * gate_size + 1e-6);
+                            // the float sums' error, then one rounding to bf16 (half a step: 2^-8 relative)
+                            REQUIRE(std::abs(static_cast<double>(static_cast<float>(act[i])) - a) <=
+                                    std::ldexp(std::abs(a), -8) + 1e-5 * (up_size * std::abs(silu) + gate_size * std::abs(up)) + 1e-6);
+                        }
+                }
+}
+#endif
 
 TEST_CASE("SwiGLU into bf16 rounds the float SwiGLU to the nearest bf16, ties to even, NaN kept (denormals flushed with AVX512_BF16)") {
     // u chosen so that u * silu(g) lands on bf16 ties and beside them; 37 columns: the 16-column

@@ -167,10 +167,15 @@ struct backend {
     static void matmul_nt(const context& ctx, mat<const T> x, mat<const Weight> w, mat<T> y, T alpha = T(1), T beta = T(0)) {
         check_product(x.rows(), x.cols(), w.rows(), w.cols() * per_item, y, "matmul_nt", true);
         const index_t n = w.rows();
-        if (bf16_products(ctx, x.rows()))
+        if (bf16_products(ctx, x.rows())) {
+#if defined(VWT_WITH_ONEDNN)
+            if constexpr (std::is_same_v<T, float>)
+                if (!kernels::bf16_products_pay()) return matmul_nt_onednn(ctx, x, w, y, alpha, beta, true);
+#endif
             return product_bf16(ctx, 'N', 'T', x.rows(), n, x.cols(), alpha, x, w, beta, y, [&](const context& f32, auto a, auto b) {
                 backend<T>::matmul_nt(f32, a, b, y, alpha, beta);
             });
+        }
 #if defined(VWT_WITH_ONEDNN)
         if constexpr (std::is_same_v<T, float>)
             if (x.rows() > gemv_rows) return matmul_nt_onednn(ctx, x, w, y, alpha, beta);
@@ -726,7 +731,7 @@ struct backend {
         check_size(inter, act.cols(), "swiglu_matmul_nt act cols");
 #if defined(VWT_WITH_ONEDNN)
         if constexpr (std::is_same_v<T, float>) {
-            if (bf16_products(ctx, fused.rows()) && act.stride() == inter) {
+            if (bf16_products(ctx, fused.rows()) && act.stride() == inter && kernels::bf16_products_pay()) {
                 check_product(act.rows(), inter, w.rows(), w.cols() * per_item, y, "swiglu_matmul_nt", true);
                 bf16* operand = reinterpret_cast<bf16*>(act.data());  // rows x inter bf16 fill the first half of act
                 swiglu_rows(ctx, fused, inter, layout, operand, inter);
@@ -752,7 +757,8 @@ struct backend {
 #if defined(VWT_WITH_ONEDNN)
         if constexpr (std::is_same_v<T, float> && !std::is_same_v<Weight, float>) {
             const index_t rows = x.rows(), w = x.cols();
-            if (bf16_products(ctx, rows) && ctx.shapes == product_shapes::fixed && fused.stride() == 2 * inter && act.stride() == inter) {
+            if (bf16_products(ctx, rows) && ctx.shapes == product_shapes::fixed && fused.stride() == 2 * inter && act.stride() == inter &&
+                kernels::bf16_products_pay()) {
                 check_product(rows, w, c_fc.rows(), c_fc.cols() * per_item, fused, "swiglu_mlp c_fc", false);
                 check_size(2 * inter, c_fc.rows(), "swiglu_mlp c_fc rows");
                 check_size(rows, act.rows(), "swiglu_mlp act rows");
@@ -1027,9 +1033,10 @@ private:
     }
 
     // y = alpha * op(a) . op(b) + beta * y on operands rounded to bf16: oneDNN's bf16 matmul where
-    // the build and the CPU have one, else the same numbers (exact products of bf16 values, float
-    // sums) from float copies of the operands rounded to bf16, handed to `f32_product` with a
-    // context whose products are f32. q8 weights are dequantized, then rounded.
+    // the build and the CPU have one and it outruns float products (kernels::bf16_products_pay),
+    // else the same numbers (exact products of bf16 values, float sums) from float copies of the
+    // operands rounded to bf16, handed to `f32_product` with a context whose products are f32. q8
+    // weights are dequantized, then rounded.
     template <class A, class Bw, class F32Product>
     static void product_bf16(const context& ctx, char trans_a, char trans_b, index_t m, index_t n, index_t k, T alpha, mat<const A> a,
                              mat<const Bw> b, T beta, mat<T> y, F32Product&& f32_product) {
@@ -1037,13 +1044,13 @@ private:
             vwt::detail::fail("cpu backend: bf16 products need float compute, not ", sizeof(T) * 8, "-bit");
         } else {
 #if defined(VWT_WITH_ONEDNN)
-            if (onednn::gemm_bf16(*ctx.cache, ctx.threads, trans_a, trans_b, m, n, k, alpha, a.data(), a.stride(), b.data(), b.stride(),
-                                  beta, y.data(), y.stride(), ctx.shapes))
+            if (kernels::bf16_products_pay() && onednn::gemm_bf16(*ctx.cache, ctx.threads, trans_a, trans_b, m, n, k, alpha, a.data(),
+                                                                 a.stride(), b.data(), b.stride(), beta, y.data(), y.stride(), ctx.shapes))
                 return;
 #else
             (void)trans_a, (void)trans_b, (void)m, (void)n, (void)k, (void)alpha, (void)beta, (void)y;
 #endif
-            auto ra = rounded_to_bf16(a), rb = rounded_to_bf16(b);
+            auto ra = rounded_to_bf16(ctx, a), rb = rounded_to_bf16(ctx, b);
             context f32 = ctx;
             f32.products = product_precision::f32;
             f32_product(f32, ra.view().as_const(), rb.view().as_const());
@@ -1051,23 +1058,37 @@ private:
     }
 
 #if defined(VWT_WITH_ONEDNN)
-    // matmul_nt of more than gemv_rows rows through oneDNN: float weights in one call; bf16 and q8
-    // weights widened 256 rows at a time (all of k) into a buffer, one call per panel.
-    static void matmul_nt_onednn(const context& ctx, mat<const T> x, mat<const Weight> w, mat<T> y, T alpha, T beta) {
-        const index_t n = w.rows(), k = x.cols();
-        if constexpr (std::is_same_v<Weight, T>) {
-            onednn::sgemm(ctx.threads, 'N', 'T', x.rows(), n, k, alpha, x.data(), x.stride(), w.data(), w.stride(), beta, y.data(),
-                          y.stride());
-        } else {
-            constexpr index_t panel_rows = gemm_n_panel;
-            std::vector<T> panel(static_cast<std::size_t>(std::min(panel_rows, n) * std::max<index_t>(k, 1)));
-            for (index_t j0 = 0; j0 < n; j0 += panel_rows) {
-                const index_t rows = std::min(panel_rows, n - j0);
-                parallel_for(std::min<int>(ctx.threads, static_cast<int>(rows)), rows,
-                             [&](index_t j) { kernels::widen(w.row(j0 + j), k, panel.data() + j * k); });
-                onednn::sgemm(ctx.threads, 'N', 'T', x.rows(), rows, k, alpha, x.data(), x.stride(), panel.data(), std::max<index_t>(k, 1),
-                              beta, y.data() + j0, y.stride());
-            }
+    // matmul_nt of more than gemv_rows rows through oneDNN's sgemm: float weights in one call; bf16
+    // and q8 weights widened 256 rows at a time (all of k) into a buffer, one call per panel. With
+    // bf16_operands, x and the weights are rounded to bf16 first (in float copies: the products of
+    // product_precision::bf16, or automatic's against bf16 and q8 weights, on a CPU whose float
+    // products outrun its bf16 ones; kernels::bf16_products_pay).
+    static void matmul_nt_onednn(const context& ctx, mat<const T> x, mat<const Weight> w, mat<T> y, T alpha, T beta,
+                                 bool bf16_operands = false) {
+        const index_t m = x.rows(), n = w.rows(), k = x.cols();
+        std::vector<T> rounded;
+        if (bf16_operands) {
+            rounded.resize(static_cast<std::size_t>(m * k));
+            parallel_for(ctx.threads, m, [&](index_t r) { kernels::round_through_bf16(x.row(r), k, rounded.data() + r * k); });
+            x = mat<const T>{rounded.data(), m, k, k};
+        }
+        if constexpr (std::is_same_v<Weight, T>)
+            if (!bf16_operands)
+                return onednn::sgemm(ctx.threads, 'N', 'T', m, n, k, alpha, x.data(), x.stride(), w.data(), w.stride(), beta, y.data(),
+                                     y.stride());
+        // bf16 weights widen exactly; float and q8 ones (dequantized) are rounded after widening
+        constexpr bool round_weights = !std::is_same_v<Weight, bf16>;
+        constexpr index_t panel_rows = gemm_n_panel;
+        std::vector<T> panel(static_cast<std::size_t>(std::min(panel_rows, n) * std::max<index_t>(k, 1)));
+        for (index_t j0 = 0; j0 < n; j0 += panel_rows) {
+            const index_t rows = std::min(panel_rows, n - j0);
+            parallel_for(std::min<int>(ctx.threads, static_cast<int>(rows)), rows, [&](index_t j) {
+                T* row = panel.data() + j * k;
+                kernels::widen(w.row(j0 + j), k, row);
+                if (round_weights && bf16_operands) kernels::round_through_bf16(row, k, row);
+            });
+            onednn::sgemm(ctx.threads, 'N', 'T', m, rows, k, alpha, x.data(), x.stride(), panel.data(), std::max<index_t>(k, 1), beta,
+                          y.data() + j0, y.stride());
         }
     }
 #endif
@@ -1258,11 +1279,17 @@ private:
         return out;
     }
 
-    // A matrix of any element type widened to float, each value rounded to bf16.
+    // A matrix of any element type widened to float, each value rounded to bf16, its rows split
+    // over the context's threads.
     template <class E>
-    static widened_matrix rounded_to_bf16(mat<const E> m) {
-        auto out = widened(m);
-        kernels::round_through_bf16(out.data.data(), static_cast<index_t>(out.data.size()), out.data.data());
+    static widened_matrix rounded_to_bf16(const context& ctx, mat<const E> m) {
+        const index_t cols = m.cols() * elements_per_item<E>;
+        widened_matrix out{std::vector<T>(static_cast<std::size_t>(m.rows() * cols)), m.rows(), cols};
+        parallel_for(ctx.threads, m.rows(), [&](index_t r) {
+            T* row = out.data.data() + r * cols;
+            kernels::widen(m.row(r), cols, row);
+            kernels::round_through_bf16(row, cols, row);
+        });
         return out;
     }
 

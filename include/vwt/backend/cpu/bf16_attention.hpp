@@ -541,10 +541,12 @@ inline bool tiles_available() { return false; }
 inline bool dots_available() { return false; }
 #endif
 
-// The engine this process runs bf16 attention on: the tiles where both can run, none where neither.
+// The engine this process runs bf16 attention on: the tiles where both can run, none where neither,
+// and none where vdpbf16ps is slower than attention in float (Intel's cores without AMX, see
+// bf16_products_pay: 0.66-0.72x float on a 2-core Xeon VM, head dims 40 and 72).
 inline std::optional<engine> fastest_engine() {
     if (tiles_available()) return engine::tiles;
-    if (dots_available()) return engine::dots;
+    if (dots_available() && bf16_products_pay()) return engine::dots;
     return std::nullopt;
 }
 

@@ -15,7 +15,10 @@
 
 namespace vwt::cpu {
 
-// How matmul_nt, matmul_nn and matmul_tn multiply.
+// How matmul_nt, matmul_nn and matmul_tn multiply: the numbers. Products on bf16 operands run as
+// bf16 products (oneDNN's matmul: AMX tiles, or vdpbf16ps on AMD's cores) where those outrun float
+// ones, else as float products of the operands rounded to bf16 (Intel's cores without AMX:
+// kernels::bf16_products_pay); the two differ only in the order of the float sums.
 enum class product_precision {
     // bf16 for products of more than 4 rows (prefill) against bf16 or q8 weights; products of up
     // to 4 rows (decode) against bf16 weights round each row of activations to bf16 too (exact

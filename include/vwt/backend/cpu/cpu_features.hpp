@@ -37,4 +37,33 @@ inline bool is_intel_cpu() {
 #endif
 }
 
+// AMX-TILE and AMX-BF16 (CPUID leaf 7, EDX bits 24 and 22): the CPU says it has bf16 tile
+// products (whether Linux grants a process the tiles' state is asked by the code that uses them).
+// Asked once.
+inline bool has_amx_bf16() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    static const bool present = [] {
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        return __get_cpuid_count(7, 0, &a, &b, &c, &d) && ((d >> 24) & 1u) && ((d >> 22) & 1u);
+    }();
+    return present;
+#else
+    return false;
+#endif
+}
+
+// Whether products of bf16 operands outrun float ones on this CPU, so that a product asked to
+// multiply bf16 values (product_precision) should run as one: on AMX tiles, or by vdpbf16ps on
+// AMD's cores (Zen 4 and 5 run it at the rate of a float FMA, twice the products; oneDNN's bf16
+// matmul measured 2x its sgemm on the model's shapes, 2-core Zen 4). Intel's cores without AMX
+// (a VM that hides it; Cooper Lake) run vdpbf16ps at best at the float FMA's rate: on a 2-core Xeon
+// VM (family 6, model 207, AVX512_BF16 without AMX) oneDNN's bf16 matmul ran at 0.59x its sgemm
+// (168 against 286 GFLOP/s on the model's shapes) and bf16 attention at 0.66-0.72x float. There the
+// same numbers come from float products of the operands rounded to bf16 (exact products of bf16
+// values, float sums). Asked once.
+inline bool bf16_products_pay() {
+    static const bool pays = has_amx_bf16() || (has_avx512_bf16() && !is_intel_cpu());
+    return pays;
+}
+
 }  // namespace vwt::cpu::kernels

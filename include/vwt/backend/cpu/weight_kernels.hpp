@@ -86,7 +86,14 @@ inline void round_to_bf16(const q8_block* w, index_t n, bf16* out) {
     }
 }
 inline void round_through_bf16(const float* x, index_t n, float* out) {
-    for (index_t i = 0; i < n; ++i) out[i] = static_cast<float>(bf16(x[i]));
+    index_t i = 0;
+#if defined(__AVX512F__)
+    for (; i + 16 <= n; i += 16) {
+        const __m512i rounded = _mm512_cvtepu16_epi32(detail::round16_to_bf16(_mm512_loadu_ps(x + i)));
+        _mm512_storeu_ps(out + i, _mm512_castsi512_ps(_mm512_slli_epi32(rounded, 16)));
+    }
+#endif
+    for (; i < n; ++i) out[i] = static_cast<float>(bf16(x[i]));
 }
 
 namespace detail {
