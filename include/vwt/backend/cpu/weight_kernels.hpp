@@ -356,7 +356,7 @@ inline float dot(const q8_block* w, const q8_block* x, index_t k) {
     }
     if (b + 2 <= blocks) p0 = pair(b, p0, true), b += 2;
     if (b < blocks) p1 = pair(b, p1, false), b += 1;
-    return _mm512_reduce_add_ps(_mm512_add_ps(p0, p1));
+    sum = _mm512_reduce_add_ps(_mm512_add_ps(p0, p1));
 #elif defined(__AVX2__) && defined(__FMA__)
     const auto block = [&](index_t i, __m256 acc) {
         const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[i].q));
