@@ -753,15 +753,16 @@ TEST_CASE("matmul_nt with q8 weights equals a brute-force sum over the dequantiz
                     }
 }
 
-// What the kernels ask CPUID for (the vendor, which decides whether decode asks for weights ahead
-// of use; AVX512_BF16), against Linux's own reading of CPUID in /proc/cpuinfo.
-TEST_CASE("cpu features: the vendor and AVX512_BF16 agree with /proc/cpuinfo") {
+// What the kernels ask CPUID for (the vendor and the family, which decide how far ahead of use
+// decode asks for weights; AVX512_BF16), against Linux's own reading of CPUID in /proc/cpuinfo.
+TEST_CASE("cpu features: the vendor, the family and AVX512_BF16 agree with /proc/cpuinfo") {
     std::ifstream cpuinfo("/proc/cpuinfo");
     if (!cpuinfo) {
         WARN("no /proc/cpuinfo here: nothing to compare the CPUID answers with");
         return;
     }
     std::string line, vendor;
+    int family = -1;
     std::set<std::string> flags;
     bool flags_seen = false;
     while (std::getline(cpuinfo, line)) {
@@ -769,12 +770,17 @@ TEST_CASE("cpu features: the vendor and AVX512_BF16 agree with /proc/cpuinfo") {
         if (colon == std::string::npos) continue;
         std::istringstream value(line.substr(colon + 1));
         if (vendor.empty() && line.rfind("vendor_id", 0) == 0) value >> vendor;
+        if (family < 0 && line.rfind("cpu family", 0) == 0) value >> family;
         if (!flags_seen && line.rfind("flags", 0) == 0) {
             for (std::string flag; value >> flag;) flags.insert(flag);
             flags_seen = true;
         }
     }
-    INFO("vendor_id " << vendor);
+    INFO("vendor_id " << vendor << ", cpu family " << family);
     CHECK(vwt::cpu::kernels::is_intel_cpu() == (vendor == "GenuineIntel"));
+    if (family >= 0) CHECK(vwt::cpu::kernels::cpu_family() == family);
+    // the distance follows the vendor and the family: 2 KiB on Intel's cores, 4 KiB from Zen 5 on
+    const std::size_t distance = vendor == "GenuineIntel" ? 2048 : (vendor == "AuthenticAMD" && family >= 26) ? 4096 : 0;
+    CHECK(vwt::cpu::kernels::detail::prefetch_distance() == distance);
     if (flags_seen) CHECK(vwt::cpu::kernels::has_avx512_bf16() == (flags.count("avx512_bf16") > 0));
 }

@@ -37,6 +37,23 @@ inline bool is_intel_cpu() {
 #endif
 }
 
+// The CPU's family as CPUID leaf 1 gives it (the base family, plus the extended family where the base
+// is 15): 6 for Intel's cores; 25 for AMD's Zen 3 and Zen 4, 26 for Zen 5. 0 where CPUID is not
+// asked. Asked once.
+inline int cpu_family() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    static const int family = [] {
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+        const unsigned base = (a >> 8) & 0xFu, extended = (a >> 20) & 0xFFu;
+        return static_cast<int>(base == 0xFu ? base + extended : base);
+    }();
+    return family;
+#else
+    return 0;
+#endif
+}
+
 // AMX-TILE and AMX-BF16 (CPUID leaf 7, EDX bits 24 and 22): the CPU says it has bf16 tile
 // products (whether Linux grants a process the tiles' state is asked by the code that uses them).
 // Asked once.

@@ -18,10 +18,6 @@
 #include "../../tensor/view.hpp"
 #include "cpu_features.hpp"
 
-#ifndef VWT_PREFETCH_DISTANCE
-#define VWT_PREFETCH_DISTANCE 2048  // bytes; a compile-time tuning knob (weight_kernels.hpp: prefetch_ahead)
-#endif
-
 namespace vwt::cpu::kernels {
 
 // n weights widened to float.
@@ -143,23 +139,31 @@ inline vmask first_lanes(index_t n) {
 #else
 constexpr index_t lanes = 0;
 #endif
-// Asks for the cache lines `prefetch_distance` bytes beyond p, `bytes` of them (a decode GEMV step
-// reads), where prefetch_pays(): a core's hardware prefetcher alone kept bf16 and q8 decode at
-// 55-70% of the read bandwidth on a 2-core AMX Xeon (their weights take more work per byte than
-// float ones); 2 KiB ahead lifted bf16 to 80-93% and q8 to 69-75% there (1 KiB: 77-81% / 69%).
-// On a 2-core AMD Zen 4 the same requests slowed the products down: the dense_200m ><former's 65
-// decode products in sequence (bf16) took 5.9 ms with them against 4.5 ms without (a plain read
-// of the same bytes 3.9 ms; memory at 58 GB/s), and 85% against 94% of the read at 35 GB/s, so
-// they are asked for on Intel's cores only.
-inline bool prefetch_pays() { return is_intel_cpu(); }
-constexpr std::size_t prefetch_distance = VWT_PREFETCH_DISTANCE;
-inline void prefetch_ahead(const void* p, std::size_t bytes) {
+// How many bytes ahead of use a decode product asks for its weights' cache lines (0: it does not
+// ask; the hardware prefetcher alone), by the CPU it runs on. Measured with the dense_200m
+// ><former's 65 decode products in sequence from memory, two threads, against a streaming read in
+// the same run:
+// - 2-core AMX Xeon: the hardware prefetcher alone kept bf16 and q8 at 55-70% of the read (their
+//   weights take more work per byte than float ones); 2 KiB ahead lifted bf16 to 80-93% and q8 to
+//   69-75% (1 KiB: 77-81% / 69%).
+// - 2-core AMD Zen 4 (family 25): the same requests slowed the products down (bf16: 5.9 ms with
+//   them against 4.5 ms without; a plain read of the same bytes 3.9 ms; memory at 58 GB/s).
+// - 2-core AMD Zen 5 (family 26), medians of 20 rounds each taking turns: q8 73-80% without,
+//   95-100% at 1 KiB, 102-107% at 2 KiB, 107-113% at 4 KiB, 106-109% at 8 KiB; bf16 93-97% without,
+//   96-113% at 2 KiB, 108-118% at 4 KiB; float 102-108% without and within noise of it at every
+//   distance (a plain read of the weights ran at 95-113% of that read).
+inline std::size_t prefetch_distance() {
+    static const std::size_t bytes = is_intel_cpu() ? 2048 : cpu_family() >= 26 ? 4096 : 0;
+    return bytes;
+}
+// Asks for `bytes` of cache lines `distance` bytes beyond p (a decode product's next step).
+inline void prefetch_ahead(const void* p, std::size_t bytes, std::size_t distance) {
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
     // an address, not a pointer into the array: it may lie past the weights' end (a prefetch never faults)
-    const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(p) + prefetch_distance;
+    const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(p) + distance;
     for (std::size_t b = 0; b < bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(at + b), _MM_HINT_T0);
 #else
-    (void)p, (void)bytes;
+    (void)p, (void)bytes, (void)distance;
 #endif
 }
 }  // namespace detail
@@ -174,10 +178,10 @@ inline float dot(const W* w, const X* x, index_t k) {
     float sum = 0.0f;
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
     using namespace detail;
-    const bool ahead = prefetch_pays();
+    const std::size_t ahead = prefetch_distance();
     vfloat a0 = vzero(), a1 = vzero(), a2 = vzero(), a3 = vzero();
     for (; c + 4 * lanes <= k; c += 4 * lanes) {
-        if (ahead) prefetch_ahead(w + c, 4 * lanes * sizeof(W));
+        if (ahead) prefetch_ahead(w + c, 4 * lanes * sizeof(W), ahead);
         a0 = vfma(vload(w + c), vload(x + c), a0);
         a1 = vfma(vload(w + c + lanes), vload(x + c + lanes), a1);
         a2 = vfma(vload(w + c + 2 * lanes), vload(x + c + 2 * lanes), a2);
@@ -223,9 +227,9 @@ __attribute__((target("avx512bf16"))) inline __m512 add_pair_products(__m512 a, 
 __attribute__((target("avx512bf16"))) inline float dot_bf16_pairs(const bf16* w, const bf16* x, index_t k) {
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
     index_t c = 0;
-    const bool ahead = prefetch_pays();
+    const std::size_t ahead = prefetch_distance();
     for (; c + 128 <= k; c += 128) {
-        if (ahead) prefetch_ahead(w + c, 256);
+        if (ahead) prefetch_ahead(w + c, 256, ahead);
         a0 = add_pair_products(a0, w + c, x + c, 32);
         a1 = add_pair_products(a1, w + c + 32, x + c + 32, 32);
         a2 = add_pair_products(a2, w + c + 64, x + c + 64, 32);
@@ -262,9 +266,9 @@ inline float dot(const q8_block* w, const float* x, index_t k) {
         return _mm512_fmadd_ps(_mm512_set1_ps(w[i].scale), t, acc);
     };
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
-    const bool ahead = detail::prefetch_pays();
+    const std::size_t ahead = detail::prefetch_distance();
     for (; b + 4 <= blocks; b += 4) {
-        if (ahead) detail::prefetch_ahead(w + b, 4 * sizeof(q8_block));
+        if (ahead) detail::prefetch_ahead(w + b, 4 * sizeof(q8_block), ahead);
         a0 = block(b, a0), a1 = block(b + 1, a1), a2 = block(b + 2, a2), a3 = block(b + 3, a3);
     }
     for (; b < blocks; ++b) a0 = block(b, a0);
@@ -332,7 +336,7 @@ inline float dot(const q8_block* w, const q8_block* x, index_t k) {
     const index_t blocks = k / q8_block::size;
     index_t b = 0;
     float sum = 0.0f;
-    [[maybe_unused]] const bool ahead = detail::prefetch_pays();
+    [[maybe_unused]] const std::size_t ahead = detail::prefetch_distance();
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
     // blocks i and i + 1 in the low and high halves: 16 integer lanes, 8 per block, each block's
     // lanes scaled by its two scales; a last odd block alone in the low half (the high half 0)
@@ -351,7 +355,7 @@ inline float dot(const q8_block* w, const q8_block* x, index_t k) {
     };
     __m512 p0 = _mm512_setzero_ps(), p1 = _mm512_setzero_ps();
     for (; b + 4 <= blocks; b += 4) {
-        if (ahead) detail::prefetch_ahead(w + b, 4 * sizeof(q8_block));
+        if (ahead) detail::prefetch_ahead(w + b, 4 * sizeof(q8_block), ahead);
         p0 = pair(b, p0, true), p1 = pair(b + 2, p1, true);
     }
     if (b + 2 <= blocks) p0 = pair(b, p0, true), b += 2;
@@ -371,7 +375,7 @@ inline float dot(const q8_block* w, const q8_block* x, index_t k) {
     };
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
     for (; b + 4 <= blocks; b += 4) {
-        if (ahead) detail::prefetch_ahead(w + b, 4 * sizeof(q8_block));
+        if (ahead) detail::prefetch_ahead(w + b, 4 * sizeof(q8_block), ahead);
         a0 = block(b, a0), a1 = block(b + 1, a1), a2 = block(b + 2, a2), a3 = block(b + 3, a3);
     }
     for (; b < blocks; ++b) a0 = block(b, a0);
