@@ -282,10 +282,11 @@ TEMPLATE_TEST_CASE("ops: prefill and decode attention over long pasts and odd he
     SKIP_WITHOUT_DEVICE();
     for (const auto& heads : std::vector<std::pair<int, int>>{{5, 5}, {6, 2}})
         for (const index_t d : {3, 22, 72})
-            for (const index_t past : {8, 41})
+            for (const index_t past : {8, 41, 300})  // 301 cached rows: decode over a long past, ending in a partial block of keys
                 for (const index_t T_q : {1, 6, 20, 37, 42})
                 for (const int threads : {1, 2}) {
                     if (threads > 1 && !has_threads<TestType>()) continue;
+                    if (past == 300 && T_q != 1) continue;
                     const int H = heads.first, Hkv = heads.second;
                     const index_t n_ctx = past + T_q;
                     INFO("H " << H << " Hkv " << Hkv << " d " << d << " past " << past << " rows " << T_q << " threads " << threads);
@@ -370,10 +371,11 @@ TEMPLATE_TEST_CASE("ops: keys and values kept in bf16 are rounded by split_qkv a
     using P = TestType;
     for (const auto& heads : std::vector<std::pair<int, int>>{{4, 4}, {6, 2}})
         for (const index_t d : {8, 22})
-            for (const index_t past : {0, 37})
+            for (const index_t past : {0, 37, 200})
                 for (const index_t T_q : {1, 9, 70})
                     for (const int threads : {1, 2}) {
                         if (threads > 1 && !has_threads<P>()) continue;
+                        if (past == 200 && T_q != 1) continue;  // decode over 201 rows, ending in a partial block of keys
                         const int H = heads.first, Hkv = heads.second, G = H / Hkv;
                         const index_t n_ctx = past + T_q, cols = (H + 2 * Hkv) * d;
                         INFO("H " << H << " Hkv " << Hkv << " d " << d << " past " << past << " rows " << T_q << " threads " << threads);
