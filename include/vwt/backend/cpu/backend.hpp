@@ -1102,7 +1102,11 @@ private:
     // Attention of one query row (decode). Each thread takes a contiguous block of heads and sweeps
     // the keys, then the values, row by row: every pass reads its heads' columns of each cached row
     // front to back (reading one head down all rows instead strides across pages and ran at a third
-    // of the read bandwidth). scratch: a score row per head.
+    // of the read bandwidth). While it works on one block of rows it asks for the next block's
+    // lines, its columns of a row at a time in address order, spread over its heads: the
+    // ><former's 16 decode attentions at context 256 (2-core Zen 5, a harness taking turns in one
+    // process) took 0.76-0.85 ms against 0.94-1.15 ms when each head asked for its own columns of
+    // the next block. scratch: a score row per head.
     template <index_t D, class E>
     static void attention_decode(const context& ctx, mat<const T> q, mat<const E> keys, mat<const E> values, mat<T> out,
                                  attention_shape<D> shape, T scale, vec<T> scratch) {
@@ -1114,12 +1118,20 @@ private:
         parallel_for(threads, threads, [&](index_t t) {
             const auto [h0, h1] = heads_of_thread(t, threads, shape.heads);
             const auto scores = [&](int h) { return Eigen::Map<row>(scratch.data() + h * n_ctx, n_ctx); };
+            // asks for head h's share of `rows` rows from `first` on (this thread's columns of each)
+            const int first_head = h0, own_heads = h1 - h0;  // (a lambda may not capture structured bindings before clang 16)
+            const index_t column = first_head / group * d, span = ((h1 - 1) / group + 1) * d - column;
+            const auto request = [&](const E* first, index_t stride, index_t rows, int h) {
+                const index_t per = (rows + own_heads - 1) / own_heads, from = (h - first_head) * per;
+                for (index_t r = from; r < std::min(rows, from + per); ++r)
+                    kernels::detail::prefetch_ahead(first + r * stride + column, static_cast<std::size_t>(span) * sizeof(E), 0);
+            };
             index_t j = 0;
             if constexpr (std::is_same_v<T, float>)  // 16 keys at a time, reduced together; the next 16 asked for ahead
                 for (; j + 16 <= n_ctx; j += 16)
                     for (int h = h0; h < h1; ++h) {
                         const E* k = keys.row(j) + (h / group) * d;
-                        if (j + 32 <= n_ctx) kernels::prefetch_rows(k + 16 * keys.stride(), keys.stride(), 16, d);
+                        if (j + 32 <= n_ctx) request(keys.row(j + 16), keys.stride(), 16, h);
                         kernels::dot16(k, keys.stride(), q.row(0) + h * d, d, scratch.data() + h * n_ctx + j);
                     }
             for (; j < n_ctx; ++j)
@@ -1137,7 +1149,7 @@ private:
                 for (int h = h0; h < h1; ++h) {
                     const T* p = scratch.data() + h * n_ctx + j0;
                     const E* v = values.row(j0) + (h / group) * d;
-                    if (j0 + 2 * block <= n_ctx) kernels::prefetch_rows(v + block * values.stride(), values.stride(), block, d);
+                    if (j0 + 2 * block <= n_ctx) request(values.row(j0 + block), values.stride(), block, h);
                     if constexpr (std::is_same_v<T, float>) kernels::weighted_row_sum(p, v, values.stride(), rows, o + h * d, d);
                     else
                         for (index_t i = 0; i < rows; ++i)

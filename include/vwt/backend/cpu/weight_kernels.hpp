@@ -409,25 +409,6 @@ inline __m512 load_first(const bf16* p, index_t n) {
 }  // namespace detail
 #endif
 
-// Asks for the first n values of `rows` rows `stride` apart to be brought into the L2 cache
-// (decode attention's next block of keys or values, the head's columns of each): the heads of a
-// thread are a strided slice of each cached token, a pattern the hardware prefetcher does not
-// follow. One block ahead took the ><former's decode attention at context 256 from 0.91-0.99 ms to
-// 0.76-0.79 ms per token (2-core Zen 4, memory at 35 GB/s).
-template <class E>
-inline void prefetch_rows(const E* first, index_t stride, index_t rows, index_t n) {
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-    const auto bytes = static_cast<std::size_t>(n) * sizeof(E);
-    for (index_t i = 0; i < rows; ++i) {
-        const char* row = reinterpret_cast<const char*>(first + i * stride);
-        for (std::size_t b = 0; b < bytes; b += 64) _mm_prefetch(row + b, _MM_HINT_T1);
-        if (bytes % 64 != 0) _mm_prefetch(row + bytes - 1, _MM_HINT_T1);  // a row that ends in a line of its own
-    }
-#else
-    (void)first, (void)stride, (void)rows, (void)n;
-#endif
-}
-
 // out[i] = dot(rows + i * stride, x) over d values (float or bf16 rows), for i < 16: decode
 // attention's scores of 16 cached keys. The 16 sums stay in registers, one per row, and are reduced
 // together by a transposing tree (about 3 instructions per row, against ~10 for reducing each row
