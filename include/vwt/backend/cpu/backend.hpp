@@ -1123,8 +1123,12 @@ private:
             const index_t column = first_head / group * d, span = ((h1 - 1) / group + 1) * d - column;
             const auto request = [&](const E* first, index_t stride, index_t rows, int h) {
                 const index_t per = (rows + own_heads - 1) / own_heads, from = (h - first_head) * per;
-                for (index_t r = from; r < std::min(rows, from + per); ++r)
-                    kernels::detail::prefetch_ahead(first + r * stride + column, static_cast<std::size_t>(span) * sizeof(E), 0);
+                const auto bytes = static_cast<std::size_t>(span) * sizeof(E);
+                for (index_t r = from; r < std::min(rows, from + per); ++r) {
+                    const E* at = first + r * stride + column;
+                    kernels::detail::prefetch_ahead(at, bytes, 0);
+                    kernels::detail::prefetch_ahead(at, 1, bytes - 1);  // the line of the span's last byte, where the span does not start on a line
+                }
             };
             index_t j = 0;
             if constexpr (std::is_same_v<T, float>)  // 16 keys at a time, reduced together; the next 16 asked for ahead
